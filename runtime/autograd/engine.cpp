@@ -1,0 +1,74 @@
+#include "runtime/autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/ops/elementwise.h"
+
+namespace dp {
+
+namespace {
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad_root) {
+  DP_CHECK(root.requires_grad(), "backward: the tensor does not require grad (no parameter or "
+           "input with requires_grad contributed to it)");
+  std::shared_ptr<Node> root_node = gradient_edge(root);
+
+  // Count, for every node reachable from the root, how many edges point at it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack{root_node.get()};
+  dependencies[root_node.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& next : n->next) {
+      if (!next) continue;
+      auto [it, inserted] = dependencies.try_emplace(next.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(next.get());
+    }
+  }
+
+  NoGradGuard no_grad;  // backward computations are not themselves recorded
+  std::unordered_map<Node*, Tensor> grads;
+  grads[root_node.get()] = grad_root;
+  // Keep nodes alive while we run them, even if a backward releases the last owner.
+  std::vector<std::shared_ptr<Node>> keep{root_node};
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  ready.push(root_node.get());
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    Tensor grad_out = std::move(grads[node]);
+    grads.erase(node);
+    std::vector<Tensor> input_grads;
+    if (grad_out.defined() || dynamic_cast<AccumulateGrad*>(node)) input_grads = node->backward(grad_out);
+    node->release();
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      Node* next = node->next[i].get();
+      if (!next) continue;
+      if (i < input_grads.size() && input_grads[i].defined()) {
+        Tensor& slot = grads[next];
+        slot = slot.defined() ? add(slot, input_grads[i]) : std::move(input_grads[i]);
+      }
+      if (--dependencies[next] == 0) {
+        keep.push_back(node->next[i]);
+        ready.push(next);
+      }
+    }
+    // The graph is single-use: drop edges so memory is freed as backward proceeds.
+    node->next.clear();
+  }
+}
+
+}  // namespace dp

@@ -1,0 +1,96 @@
+#include "runtime/autograd/node.h"
+
+#include <atomic>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/backend/backend.h"
+
+namespace dp {
+
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+}  // namespace
+
+Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(next_sequence_nr++) {}
+
+std::vector<Tensor> FunctionNode::backward(const Tensor& grad_output) {
+  DP_CHECK(fn_ != nullptr, "backward through '", name(),
+           "' a second time: the graph is freed after backward (build it again with a new forward)");
+  return fn_(grad_output, *this);
+}
+
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf)
+    : Node("AccumulateGrad"), leaf_(leaf) {}
+
+std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl) return {};  // the parameter was destroyed; nothing to accumulate into
+  Tensor leaf(impl);
+  if (grad_output.defined()) {
+    DP_CHECK(grad_output.shape() == leaf.shape(), "gradient of shape ", shape_str(grad_output.shape()),
+             " for a leaf of shape ", shape_str(leaf.shape()));
+    Tensor grad = leaf.grad();
+    if (!grad.defined()) {
+      Tensor g = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
+      g.copy_(grad_output);
+      leaf.set_grad(g);
+    } else {
+      Tensor src = grad_output.contiguous();
+      if (src.dtype() != grad.dtype()) src = src.to(grad.dtype());
+      DP_CHECK(grad.is_contiguous(), "accumulating into a non-contiguous .grad");
+      grad.device().backend().axpby(1.0, src, 1.0, grad);
+      grad.bump_version();
+    }
+  }
+  for (auto& hook : impl->autograd->grad_ready_hooks) hook(leaf);
+  return {};
+}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (t.defined()) {
+    tensor_ = t.detach();
+    version_ = t.version();
+  }
+}
+
+Tensor SavedTensor::get(const char* op) const {
+  if (tensor_.defined()) {
+    DP_CHECK(tensor_.version() == version_, op,
+             ": a tensor saved for backward was modified in place after it was saved "
+             "(version ", version_, " → ", tensor_.version(), ")");
+  }
+  return tensor_;
+}
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!GradMode::enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return nullptr;
+  AutogradMeta& meta = *t.impl().autograd;
+  if (meta.grad_fn) return meta.grad_fn;
+  if (!meta.accumulator) meta.accumulator = std::make_shared<AccumulateGrad>(t.impl_ptr());
+  return meta.accumulator;
+}
+
+void record(const char* op, Tensor& output, const std::vector<Tensor>& inputs,
+            FunctionNode::BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return;
+  auto node = std::make_shared<FunctionNode>(op, std::move(backward));
+  node->next.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next.push_back(gradient_edge(t));
+  output.set_grad_fn(std::move(node));
+}
+
+}  // namespace dp

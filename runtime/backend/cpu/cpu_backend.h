@@ -1,0 +1,93 @@
+// CPU backend: Eigen for pointwise/reductions, OpenBLAS (cblas) for GEMM, OpenMP threads.
+// Kernels are grouped by family, one file each: memory.cpp, pointwise.cpp, reduce.cpp,
+// gemm.cpp, conv.cpp, pool.cpp, norm.cpp, softmax_loss.cpp, embedding.cpp, optim.cpp.
+#pragma once
+
+#include "runtime/backend/backend.h"
+
+namespace dp {
+
+class CpuBackend final : public Backend {
+ public:
+  // num_threads: OpenMP threads for parallel kernels (and GEMM).
+  explicit CpuBackend(int num_threads = 1);
+  int num_threads() const { return num_threads_; }
+  void set_num_threads(int n);
+
+  DeviceType device_type() const override { return DeviceType::CPU; }
+  int device_index() const override { return 0; }
+
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
+  void synchronize() override {}
+
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, double value) override;
+  void arange(const Tensor& dst, double start, double step) override;
+  void random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed,
+              uint64_t offset) override;
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      const Tensor& dx) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) override;
+  void axpby(double alpha, const Tensor& x, double beta, const Tensor& y) override;
+
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
+  void argmax_rows(const Tensor& x, const Tensor& out) override;
+
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) override;
+
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                      const Conv2dParams& p) override;
+  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
+                              const Tensor& dbias, const Conv2dParams& p) override;
+
+  void max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices,
+                          const Pool2dParams& p) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;
+  void avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) override;
+  void adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) override;
+  void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) override;
+
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                          const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                          double momentum, double eps) override;
+  void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                           const Tensor& dweight, const Tensor& dbias, bool training) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& y, const Tensor& save_mean, const Tensor& save_rstd,
+                          double eps) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_rstd, const Tensor& dx,
+                           const Tensor& dweight, const Tensor& dbias) override;
+
+  void softmax_forward(const Tensor& x, const Tensor& y, bool log) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
+  void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs,
+                             const Tensor& losses, int64_t ignore_index,
+                             double label_smoothing) override;
+  void cross_entropy_backward(const Tensor& log_probs, const Tensor& target,
+                              const Tensor& dlosses, const Tensor& dlogits, int64_t ignore_index,
+                              double label_smoothing) override;
+
+  void embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
+  void embedding_backward(const Tensor& dout, const Tensor& indices, const Tensor& dweight,
+                          int64_t padding_idx) override;
+
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                  const SgdParams& p) override;
+
+ private:
+  int num_threads_;
+};
+
+}  // namespace dp

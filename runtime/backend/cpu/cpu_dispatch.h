@@ -1,0 +1,59 @@
+// Helpers shared by the CPU kernel files: dtype dispatch and OpenMP thresholds.
+#pragma once
+
+#include <Eigen/Core>
+
+#include "runtime/core/error.h"
+#include "runtime/tensor/tensor.h"
+
+namespace dp::cpu {
+
+// Below this many elements a pointwise kernel runs on one thread (fork/join costs ~1 µs).
+inline constexpr int64_t kParallelGrain = 32768;
+
+// Calls fn(T{}) with T = float or double according to `dtype`; other dtypes are an error
+// naming the op.
+template <typename Fn>
+decltype(auto) dispatch_floating(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    default:
+      throw Error(detail::concat(op, ": CPU kernel supports float32 and float64, got ",
+                                 dtype_name(dtype)));
+  }
+}
+
+// Calls fn(T{}) for every dtype (casts, copies, fills).
+template <typename Fn>
+decltype(auto) dispatch_all(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    case DType::Float16: return fn(Eigen::half{});
+    case DType::BFloat16: return fn(Eigen::bfloat16{});
+    case DType::Int32: return fn(int32_t{});
+    case DType::Int64: return fn(int64_t{});
+    case DType::UInt8: return fn(uint8_t{});
+    case DType::Bool: return fn(bool{});
+  }
+  throw Error("unknown dtype");
+}
+
+// Converts between any two element types (through float for the 16-bit ones).
+template <typename To, typename From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(v) != 0.0f;
+  } else if constexpr (std::is_same_v<From, Eigen::half> || std::is_same_v<From, Eigen::bfloat16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, Eigen::half> || std::is_same_v<To, Eigen::bfloat16>) {
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+}  // namespace dp::cpu

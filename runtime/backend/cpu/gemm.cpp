@@ -1,0 +1,68 @@
+// GEMM through OpenBLAS (cblas), row-major. Transposed operands are passed as transposes, never
+// copied.
+#include <cblas.h>
+#include <omp.h>
+
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_dispatch.h"
+
+namespace dp {
+
+using namespace cpu;
+
+namespace {
+
+struct MatrixLayout {
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+// A [rows, cols] operand with a unit stride in one of its last two dims.
+MatrixLayout layout_of(const Tensor& t) {
+  const int64_t n = t.dim();
+  const int64_t rows = t.shape()[n - 2], cols = t.shape()[n - 1];
+  const int64_t rs = t.strides()[n - 2], cs = t.strides()[n - 1];
+  if (cs == 1 || cols == 1) return {CblasNoTrans, std::max<int64_t>({rs, cols, 1})};
+  DP_ASSERT(rs == 1 || rows == 1);
+  return {CblasTrans, std::max<int64_t>({cs, rows, 1})};
+}
+
+template <typename T>
+void gemm_one(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, int64_t N, int64_t K, T alpha,
+              const T* a, const T* b, T beta, T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, N);
+  } else {
+    cblas_dgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, N);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) {
+  DP_ASSERT(c.is_contiguous() && a.dim() == c.dim() && b.dim() == c.dim());
+  const int64_t nd = c.dim();
+  const int64_t M = c.shape()[nd - 2], N = c.shape()[nd - 1], K = a.shape()[nd - 1];
+  const int64_t batch = nd == 3 ? c.shape()[0] : 1;
+  if (M == 0 || N == 0) return;
+  MatrixLayout la = layout_of(a), lb = layout_of(b);
+  dispatch_floating(c.dtype(), "gemm", [&](auto tag) {
+    using T = decltype(tag);
+    const T *ap = a.data<T>(), *bp = b.data<T>();
+    T* cp = c.data<T>();
+    const int64_t sa = nd == 3 ? a.strides()[0] : 0, sb = nd == 3 ? b.strides()[0] : 0;
+    if (K == 0) {  // empty inner dim: c = beta * c
+      for (int64_t i = 0; i < c.numel(); ++i) cp[i] = beta == 0.0 ? T(0) : static_cast<T>(beta) * cp[i];
+      return;
+    }
+    // Many small products: one per thread (BLAS runs single-threaded inside a parallel region);
+    // otherwise BLAS threads each product.
+    const bool batch_parallel = batch >= 2 * num_threads_ && M * N * K < (int64_t(1) << 21);
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (batch_parallel)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm_one<T>(la, lb, M, N, K, static_cast<T>(alpha), ap + i * sa, bp + i * sb, static_cast<T>(beta),
+                  cp + i * M * N);
+  });
+}
+
+}  // namespace dp

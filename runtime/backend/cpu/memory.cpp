@@ -1,0 +1,131 @@
+// CPU memory, copies/casts, fills and random numbers.
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/strided_loop.h"
+#include "runtime/tensor/generator.h"
+
+#include <cblas.h>
+
+namespace dp {
+
+using namespace cpu;
+
+CpuBackend::CpuBackend(int num_threads) : num_threads_(1) { set_num_threads(num_threads); }
+
+void CpuBackend::set_num_threads(int n) {
+  DP_CHECK(n >= 1, "CPU backend: thread count must be at least 1, got ", n);
+  num_threads_ = n;
+  openblas_set_num_threads(n);  // GEMM runs on the same number of threads as our kernels
+}
+
+void* CpuBackend::allocate(size_t nbytes) {
+  // 64-byte alignment: one cache line, and aligned AVX-512 loads.
+  size_t rounded = (nbytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  DP_CHECK(p != nullptr, "CPU backend: out of memory allocating ", nbytes, " bytes");
+  return p;
+}
+
+void CpuBackend::deallocate(void* ptr, size_t) { std::free(ptr); }
+
+void CpuBackend::copy_from_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }
+void CpuBackend::copy_to_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  DP_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", src.str(), " → ", dst.str());
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+    return;
+  }
+  dispatch_all(src.dtype(), [&](auto s) {
+    using S = decltype(s);
+    dispatch_all(dst.dtype(), [&](auto d) {
+      using D = decltype(d);
+      const S* sp = src.data<S>();
+      D* dp_ = dst.data<D>();
+      strided_loop<2>(src.shape(), {&dst.strides(), &src.strides()}, num_threads_,
+                      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                        D* o = dp_ + off[0];
+                        const S* i = sp + off[1];
+                        if (st[0] == 1 && st[1] == 1) {
+                          for (int64_t k = 0; k < n; ++k) o[k] = convert<D>(i[k]);
+                        } else {
+                          for (int64_t k = 0; k < n; ++k) o[k * st[0]] = convert<D>(i[k * st[1]]);
+                        }
+                      });
+    });
+  });
+}
+
+void CpuBackend::fill(const Tensor& dst, double value) {
+  if (dst.numel() == 0) return;
+  dispatch_all(dst.dtype(), [&](auto d) {
+    using D = decltype(d);
+    const D v = convert<D>(value);
+    D* p = dst.data<D>();
+    strided_loop<1>(dst.shape(), {&dst.strides()}, num_threads_,
+                    [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& st) {
+                      D* o = p + off[0];
+                      if (st[0] == 1) {
+                        std::fill(o, o + n, v);
+                      } else {
+                        for (int64_t k = 0; k < n; ++k) o[k * st[0]] = v;
+                      }
+                    });
+  });
+}
+
+void CpuBackend::arange(const Tensor& dst, double start, double step) {
+  DP_ASSERT(dst.is_contiguous());
+  dispatch_all(dst.dtype(), [&](auto d) {
+    using D = decltype(d);
+    D* p = dst.data<D>();
+    for (int64_t i = 0; i < dst.numel(); ++i) p[i] = convert<D>(start + static_cast<double>(i) * step);
+  });
+}
+
+namespace {
+// Uniform in [0, 1) with 24 (float) or 53 (double) random bits.
+inline double uniform01(const uint32_t r[4], bool wide) {
+  if (wide) return static_cast<double>((static_cast<uint64_t>(r[0]) << 21) ^ (r[1] >> 11)) * 0x1.0p-53;
+  return static_cast<double>(r[0] >> 8) * 0x1.0p-24;
+}
+}  // namespace
+
+void CpuBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset) {
+  DP_ASSERT(dst.is_contiguous());
+  check_floating("random", dst);
+  const bool wide = dst.dtype() == kFloat64;
+  dispatch_all(dst.dtype(), [&](auto d) {
+    using D = decltype(d);
+    D* p = dst.data<D>();
+    const int64_t n = dst.numel();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t r[4];
+      Philox4x32::generate(seed, offset + static_cast<uint64_t>(i), r);
+      double v;
+      switch (dist) {
+        case RandomDist::Uniform: v = a + (b - a) * uniform01(r, wide); break;
+        case RandomDist::Normal: {  // Box–Muller on two independent words
+          double u1 = (static_cast<double>(r[2]) + 1.0) * 0x1.0p-32;  // (0, 1]
+          double u2 = static_cast<double>(r[3]) * 0x1.0p-32;
+          v = a + b * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+          break;
+        }
+        case RandomDist::Bernoulli: v = uniform01(r, wide) < a ? 1.0 : 0.0; break;
+      }
+      p[i] = convert<D>(v);
+    }
+  });
+}
+
+}  // namespace dp

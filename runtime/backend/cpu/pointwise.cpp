@@ -1,0 +1,222 @@
+// Pointwise kernels. Each op is a small functor; dispatch picks the functor once, outside the
+// loop, so the inner loops vectorise.
+#include <cmath>
+#include <type_traits>
+
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/strided_loop.h"
+
+namespace dp {
+
+using namespace cpu;
+
+namespace {
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+template <typename Fn>
+decltype(auto) dispatch_unary(UnaryOp op, Fn&& fn) {
+  switch (op) {
+    case UnaryOp::Neg: return fn([](auto x) { return -x; });
+    case UnaryOp::Exp: return fn([](auto x) { return std::exp(x); });
+    case UnaryOp::Log: return fn([](auto x) { return std::log(x); });
+    case UnaryOp::Sqrt: return fn([](auto x) { return std::sqrt(x); });
+    case UnaryOp::Rsqrt: return fn([](auto x) { return decltype(x)(1) / std::sqrt(x); });
+    case UnaryOp::Abs: return fn([](auto x) { return std::abs(x); });
+    case UnaryOp::Square: return fn([](auto x) { return x * x; });
+    case UnaryOp::Reciprocal: return fn([](auto x) { return decltype(x)(1) / x; });
+    case UnaryOp::Relu: return fn([](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+    case UnaryOp::Gelu:
+      return fn([](auto x) {
+        using T = decltype(x);
+        return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+      });
+    case UnaryOp::Tanh: return fn([](auto x) { return std::tanh(x); });
+    case UnaryOp::Sigmoid: return fn([](auto x) { return decltype(x)(1) / (decltype(x)(1) + std::exp(-x)); });
+    case UnaryOp::Silu: return fn([](auto x) { return x / (decltype(x)(1) + std::exp(-x)); });
+  }
+  throw Error("unknown unary op");
+}
+
+// Gradient functors: (x, y, dy) → dx.
+template <typename Fn>
+decltype(auto) dispatch_unary_backward(UnaryOp op, Fn&& fn) {
+  switch (op) {
+    case UnaryOp::Neg: return fn([](auto, auto, auto dy) { return -dy; });
+    case UnaryOp::Exp: return fn([](auto, auto y, auto dy) { return dy * y; });
+    case UnaryOp::Log: return fn([](auto x, auto, auto dy) { return dy / x; });
+    case UnaryOp::Sqrt: return fn([](auto, auto y, auto dy) { return dy / (decltype(y)(2) * y); });
+    case UnaryOp::Rsqrt: return fn([](auto, auto y, auto dy) { return decltype(y)(-0.5) * dy * y * y * y; });
+    case UnaryOp::Abs:
+      return fn([](auto x, auto, auto dy) {
+        using T = decltype(x);
+        return x > T(0) ? dy : (x < T(0) ? -dy : T(0));
+      });
+    case UnaryOp::Square: return fn([](auto x, auto, auto dy) { return decltype(x)(2) * x * dy; });
+    case UnaryOp::Reciprocal: return fn([](auto, auto y, auto dy) { return -dy * y * y; });
+    case UnaryOp::Relu: return fn([](auto, auto y, auto dy) { return y > decltype(y)(0) ? dy : decltype(y)(0); });
+    case UnaryOp::Gelu:
+      return fn([](auto x, auto, auto dy) {
+        using T = decltype(x);
+        T cdf = T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
+        T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+        return dy * (cdf + x * pdf);
+      });
+    case UnaryOp::Tanh: return fn([](auto, auto y, auto dy) { return dy * (decltype(y)(1) - y * y); });
+    case UnaryOp::Sigmoid: return fn([](auto, auto y, auto dy) { return dy * y * (decltype(y)(1) - y); });
+    case UnaryOp::Silu:
+      return fn([](auto x, auto, auto dy) {
+        using T = decltype(x);
+        T s = T(1) / (T(1) + std::exp(-x));
+        return dy * s * (T(1) + x * (T(1) - s));
+      });
+  }
+  throw Error("unknown unary op");
+}
+
+template <typename Fn>
+decltype(auto) dispatch_binary(BinaryOp op, Fn&& fn) {
+  switch (op) {
+    case BinaryOp::Add: return fn([](auto a, auto b) { return a + b; });
+    case BinaryOp::Sub: return fn([](auto a, auto b) { return a - b; });
+    case BinaryOp::Mul: return fn([](auto a, auto b) { return a * b; });
+    case BinaryOp::Div: return fn([](auto a, auto b) { return a / b; });
+    case BinaryOp::Maximum: return fn([](auto a, auto b) { return a > b ? a : b; });
+    case BinaryOp::Minimum: return fn([](auto a, auto b) { return a < b ? a : b; });
+    case BinaryOp::Pow: return fn([](auto a, auto b) { return std::pow(a, b); });
+    case BinaryOp::Equal: return fn([](auto a, auto b) { return a == b ? decltype(a)(1) : decltype(a)(0); });
+  }
+  throw Error("unknown binary op");
+}
+
+// Parallel loop over [0, n) for contiguous kernels.
+template <typename Body>
+void parallel_range(int64_t n, int threads, Body&& body) {
+  if (threads <= 1 || n < kParallelGrain) {
+    body(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // Chunks aligned to 16 elements so each thread's stores start on a cache line.
+    int64_t b = (n * t / nt) & ~int64_t(15), e = t == nt - 1 ? n : (n * (t + 1) / nt) & ~int64_t(15);
+    if (e > b) body(b, e);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
+  DP_ASSERT(y.is_contiguous() && x.shape() == y.shape());
+  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_unary(op, [&](auto f) {
+      const T* xp = x.data<T>();
+      T* yp = y.data<T>();
+      if (x.is_contiguous()) {
+        parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) yp[i] = f(xp[i]);
+        });
+        return;
+      }
+      strided_loop<2>(x.shape(), {&y.strides(), &x.strides()}, num_threads_,
+                      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                        for (int64_t k = 0; k < n; ++k) yp[off[0] + k * st[0]] = f(xp[off[1] + k * st[1]]);
+                      });
+    });
+  });
+}
+
+void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  DP_ASSERT(x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous());
+  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_unary_backward(op, [&](auto f) {
+      const T *xp = x.data<T>(), *yp = y.data<T>(), *gp = dy.data<T>();
+      T* dp_ = dx.data<T>();
+      parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dp_[i] = f(xp[i], yp[i], gp[i]);
+      });
+    });
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DP_ASSERT(out.is_contiguous() && a.shape() == out.shape() && b.shape() == out.shape());
+  dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_binary(op, [&](auto f) {
+      const T *ap = a.data<T>(), *bp = b.data<T>();
+      T* op_ = out.data<T>();
+      if (a.is_contiguous() && b.is_contiguous()) {
+        parallel_range(out.numel(), num_threads_, [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) op_[i] = f(ap[i], bp[i]);
+        });
+        return;
+      }
+      strided_loop<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()}, num_threads_,
+                      [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+                        T* o = op_ + off[0];
+                        const T* pa = ap + off[1];
+                        const T* pb = bp + off[2];
+                        if (st[1] == 1 && st[2] == 0) {  // row op scalar (e.g. bias per channel)
+                          const T s = *pb;
+                          for (int64_t k = 0; k < n; ++k) o[k] = f(pa[k], s);
+                        } else if (st[1] == 1 && st[2] == 1) {
+                          for (int64_t k = 0; k < n; ++k) o[k] = f(pa[k], pb[k]);
+                        } else if (st[1] == 0 && st[2] == 1) {
+                          const T s = *pa;
+                          for (int64_t k = 0; k < n; ++k) o[k] = f(s, pb[k]);
+                        } else {
+                          for (int64_t k = 0; k < n; ++k) o[k] = f(pa[k * st[1]], pb[k * st[2]]);
+                        }
+                      });
+    });
+  });
+}
+
+void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
+  DP_ASSERT(out.is_contiguous() && a.shape() == out.shape());
+  dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    const T sv = static_cast<T>(s);
+    dispatch_binary(op, [&](auto f) {
+      const T* ap = a.data<T>();
+      T* op_ = out.data<T>();
+      if (a.is_contiguous()) {
+        parallel_range(out.numel(), num_threads_, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) op_[i] = f(ap[i], sv);
+        });
+        return;
+      }
+      strided_loop<2>(out.shape(), {&out.strides(), &a.strides()}, num_threads_,
+                      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                        for (int64_t k = 0; k < n; ++k) op_[off[0] + k * st[0]] = f(ap[off[1] + k * st[1]], sv);
+                      });
+    });
+  });
+}
+
+void CpuBackend::axpby(double alpha, const Tensor& x, double beta, const Tensor& y) {
+  DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel());
+  dispatch_floating(y.dtype(), "axpby", [&](auto tag) {
+    using T = decltype(tag);
+    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    parallel_range(y.numel(), num_threads_, [&](int64_t s, int64_t e) {
+      if (beta == 0.0) {
+        for (int64_t i = s; i < e; ++i) yp[i] = a * xp[i];
+      } else if (alpha == 1.0 && beta == 1.0) {
+        for (int64_t i = s; i < e; ++i) yp[i] += xp[i];
+      } else {
+        for (int64_t i = s; i < e; ++i) yp[i] = a * xp[i] + b * yp[i];
+      }
+    });
+  });
+}
+
+}  // namespace dp

@@ -1,0 +1,137 @@
+#include "runtime/ops/elementwise.h"
+
+#include "runtime/autograd/node.h"
+#include "runtime/backend/backend.h"
+#include "runtime/ops/reduce.h"
+
+namespace dp {
+
+namespace {
+
+// out = a op b with broadcasting; inputs are expanded (stride-0 views), never copied.
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_op_name(op);
+  check_same_device(name, a, b);
+  check_floating(name, a);
+  DP_CHECK(a.dtype() == b.dtype(), name, ": dtype mismatch (", a.str(), " and ", b.str(), ")");
+  Shape shape = a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  Tensor ae = a.shape() == shape ? a.detach() : a.detach().expand(shape);
+  Tensor be = b.shape() == shape ? b.detach() : b.detach().expand(shape);
+  a.device().backend().binary(op, ae, be, out);
+  return out;
+}
+
+Tensor reduce_grad(const Tensor& g, const Shape& shape) {
+  return g.shape() == shape ? g : sum_to(g, shape);
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Add, a, b);
+  Shape as = a.shape(), bs = b.shape();
+  record("add", out, {a, b}, [as, bs](const Tensor& g, const Node& n) {
+    return std::vector<Tensor>{n.needs_input_grad(0) ? reduce_grad(g, as) : Tensor(),
+                               n.needs_input_grad(1) ? reduce_grad(g, bs) : Tensor()};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Sub, a, b);
+  Shape as = a.shape(), bs = b.shape();
+  record("sub", out, {a, b}, [as, bs](const Tensor& g, const Node& n) {
+    return std::vector<Tensor>{n.needs_input_grad(0) ? reduce_grad(g, as) : Tensor(),
+                               n.needs_input_grad(1) ? reduce_grad(neg(g), bs) : Tensor()};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Mul, a, b);
+  SavedTensor sa = any_requires_grad({&b}) ? SavedTensor(a) : SavedTensor();
+  SavedTensor sb = any_requires_grad({&a}) ? SavedTensor(b) : SavedTensor();
+  Shape as = a.shape(), bs = b.shape();
+  record("mul", out, {a, b}, [sa, sb, as, bs](const Tensor& g, const Node& n) {
+    return std::vector<Tensor>{n.needs_input_grad(0) ? reduce_grad(mul(g, sb.get("mul")), as) : Tensor(),
+                               n.needs_input_grad(1) ? reduce_grad(mul(g, sa.get("mul")), bs) : Tensor()};
+  });
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Div, a, b);
+  SavedTensor sb(b), sout = any_requires_grad({&b}) ? SavedTensor(out) : SavedTensor();
+  Shape as = a.shape(), bs = b.shape();
+  record("div", out, {a, b}, [sb, sout, as, bs](const Tensor& g, const Node& n) {
+    Tensor b = sb.get("div");
+    Tensor ga = n.needs_input_grad(0) ? reduce_grad(div(g, b), as) : Tensor();
+    // d(a/b)/db = -(a/b)/b
+    Tensor gb = n.needs_input_grad(1) ? reduce_grad(neg(div(mul(g, sout.get("div")), b)), bs) : Tensor();
+    return std::vector<Tensor>{ga, gb};
+  });
+  return out;
+}
+
+namespace {
+Tensor scalar_forward(BinaryOp op, const Tensor& a, double s) {
+  check_floating(binary_op_name(op), a);
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  a.device().backend().binary_scalar(op, a, s, out);
+  return out;
+}
+}  // namespace
+
+Tensor add(const Tensor& a, double s) {
+  Tensor out = scalar_forward(BinaryOp::Add, a, s);
+  record("add_scalar", out, {a}, [](const Tensor& g, const Node&) { return std::vector<Tensor>{g}; });
+  return out;
+}
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor out = scalar_forward(BinaryOp::Mul, a, s);
+  record("mul_scalar", out, {a}, [s](const Tensor& g, const Node&) { return std::vector<Tensor>{mul(g, s)}; });
+  return out;
+}
+
+Tensor pow(const Tensor& a, double exponent) {
+  Tensor out = scalar_forward(BinaryOp::Pow, a, exponent);
+  SavedTensor sa(a);
+  record("pow", out, {a}, [sa, exponent](const Tensor& g, const Node&) {
+    Tensor a = sa.get("pow");
+    return std::vector<Tensor>{mul(g, mul(pow(a, exponent - 1.0), exponent))};
+  });
+  return out;
+}
+
+Tensor unary_op(UnaryOp op, const Tensor& x) {
+  const char* name = unary_op_name(op);
+  check_floating(name, x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  x.device().backend().unary(op, x, y);
+  if (any_requires_grad({&x})) {
+    SavedTensor sx(x.contiguous()), sy(y);
+    record(name, y, {x}, [op, name, sx, sy](const Tensor& g, const Node&) {
+      Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
+      g.device().backend().unary_backward(op, sx.get(name), sy.get(name), g.contiguous(), dx);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x); }
+Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x); }
+Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
+Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }
+Tensor gelu(const Tensor& x) { return unary_op(UnaryOp::Gelu, x); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x); }
+Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x); }
+
+}  // namespace dp

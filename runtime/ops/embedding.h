@@ -1,0 +1,12 @@
+// Embedding lookup, as torch.nn.functional.embedding.
+#pragma once
+
+#include "runtime/tensor/tensor.h"
+
+namespace dp {
+
+// indices int64 of any shape → [*indices.shape, D]; rows equal to padding_idx get no gradient
+// (padding_idx < 0: none).
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
+
+}  // namespace dp

@@ -1,0 +1,98 @@
+#include "runtime/ops/matmul.h"
+
+#include "runtime/autograd/node.h"
+#include "runtime/backend/backend.h"
+#include "runtime/ops/reduce.h"
+
+namespace dp {
+
+namespace {
+
+// GEMM operands need a unit stride in one of their last two dims; anything else is copied.
+Tensor gemm_operand(const Tensor& t) {
+  int64_t n = t.dim();
+  const Shape& st = t.strides();
+  const Shape& sz = t.shape();
+  bool row_major = st[n - 1] == 1 || sz[n - 1] == 1;
+  bool col_major = st[n - 2] == 1 || sz[n - 2] == 1;
+  return row_major || col_major ? t : t.contiguous();
+}
+
+// c = a @ b for 2-D or 3-D operands that already have compatible shapes.
+Tensor gemm_forward(const Tensor& a, const Tensor& b, const char* op) {
+  check_same_device(op, a, b);
+  check_floating(op, a);
+  DP_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch (", a.str(), " and ", b.str(), ")");
+  DP_CHECK(a.dim() >= 2 && a.dim() <= 3 && b.dim() >= 2 && b.dim() <= 3, op,
+           ": expected 2-D or 3-D operands, got ", a.str(), " and ", b.str());
+  int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  DP_CHECK(b.size(-2) == K, op, ": inner dimensions differ: ", a.str(), " @ ", b.str());
+  int64_t batch = a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 0);
+  if (a.dim() == 3 && b.dim() == 3)
+    DP_CHECK(a.size(0) == b.size(0), op, ": batch sizes differ: ", a.str(), " @ ", b.str());
+  Tensor a3 = gemm_operand(a.detach()), b3 = gemm_operand(b.detach());
+  if (batch) {
+    if (a3.dim() == 2) a3 = a3.unsqueeze(0).expand({batch, M, K});
+    if (b3.dim() == 2) b3 = b3.unsqueeze(0).expand({batch, K, N});
+  }
+  Tensor c = Tensor::empty(batch ? Shape{batch, M, N} : Shape{M, N}, a.dtype(), a.device());
+  a.device().backend().gemm(a3, b3, c, 1.0, 0.0);
+  return c;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor c = gemm_forward(a, b, "matmul");
+  if (any_requires_grad({&a, &b})) {
+    SavedTensor sa = b.requires_grad() ? SavedTensor(a) : SavedTensor();
+    SavedTensor sb = a.requires_grad() ? SavedTensor(b) : SavedTensor();
+    Shape as = a.shape(), bs = b.shape();
+    record("matmul", c, {a, b}, [sa, sb, as, bs](const Tensor& g, const Node& n) {
+      // dA = dC @ Bᵀ, dB = Aᵀ @ dC; a broadcast 2-D operand sums over the batch.
+      Tensor ga, gb;
+      if (n.needs_input_grad(0)) ga = sum_to(matmul(g, sb.get("matmul").transpose(-1, -2)), as);
+      if (n.needs_input_grad(1)) gb = sum_to(matmul(sa.get("matmul").transpose(-1, -2), g), bs);
+      return std::vector<Tensor>{ga, gb};
+    });
+  }
+  return c;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  DP_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got ", weight.str());
+  DP_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.str(),
+           " does not match weight ", weight.str(), " (expected last dim ", weight.size(1), ")");
+  const int64_t out_features = weight.size(0), in_features = weight.size(1);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor x2 = x.detach().reshape({-1, in_features});
+  Tensor y = Tensor::empty({x2.size(0), out_features}, x.dtype(), x.device());
+  Backend& be = x.device().backend();
+  if (bias.defined()) {
+    DP_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias ", bias.str(),
+             " does not match ", out_features, " output features");
+    // Fused bias: start C from the broadcast bias and accumulate the product onto it (beta = 1).
+    be.copy(bias.detach().unsqueeze(0).expand(y.shape()), y);
+    be.gemm(gemm_operand(x2), weight.detach().t(), y, 1.0, 1.0);
+  } else {
+    be.gemm(gemm_operand(x2), weight.detach().t(), y, 1.0, 0.0);
+  }
+  Tensor out = y.view(out_shape);
+  if (any_requires_grad({&x, &weight, &bias})) {
+    SavedTensor sx = weight.requires_grad() ? SavedTensor(x2) : SavedTensor();
+    SavedTensor sw = x.requires_grad() ? SavedTensor(weight) : SavedTensor();
+    Shape x_shape = x.shape();
+    record("linear", out, {x, weight, bias}, [sx, sw, x_shape, out_features](const Tensor& g, const Node& n) {
+      Tensor g2 = g.reshape({-1, out_features});
+      Tensor gx, gw, gb;
+      if (n.needs_input_grad(0)) gx = matmul(g2, sw.get("linear")).reshape(x_shape);  // [B,out]@[out,in]
+      if (n.needs_input_grad(1)) gw = matmul(g2.t(), sx.get("linear"));              // [out,B]@[B,in]
+      if (n.needs_input_grad(2)) gb = sum(g2, {0});
+      return std::vector<Tensor>{gx, gw, gb};
+    });
+  }
+  return out;
+}
+
+}  // namespace dp
