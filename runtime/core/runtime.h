@@ -1,0 +1,40 @@
+// The explicit runtime context: owns the backends (CPU thread pool, CUDA devices) and hands
+// out Devices. main() creates one and passes it (or its Devices) down; there is no global.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.h"
+
+namespace dp {
+
+class CpuBackend;
+
+struct RuntimeOptions {
+  int cpu_threads = 1;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(const RuntimeOptions& options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Device cpu();
+  // The CUDA device with this index, created on first use; throws with a clear message when
+  // the build has no CUDA backend or the machine has no such GPU.
+  Device cuda(int index = 0);
+  // "cpu", "cuda", "cuda:N" (as in the config's run.device).
+  Device device(const std::string& spec);
+  // Number of usable GPUs (0 when there is no driver or no device).
+  static int cuda_device_count();
+
+ private:
+  std::unique_ptr<CpuBackend> cpu_;
+  std::vector<std::unique_ptr<Backend>> cuda_;
+};
+
+}  // namespace dp
