@@ -1,4 +1,5 @@
-// CPU backend: Eigen for pointwise/reductions, OpenBLAS (cblas) for GEMM, OpenMP threads.
+// CPU backend: own vectorised loops and Eigen for pointwise work, OpenBLAS (cblas) or Eigen for
+// GEMM (selectable: OpenBLAS is ~15 % faster on AVX-512 for sgemm), OpenMP threads.
 // Kernels are grouped by family, one file each: memory.cpp, pointwise.cpp, reduce.cpp,
 // gemm.cpp, conv.cpp, pool.cpp, norm.cpp, softmax_loss.cpp, embedding.cpp, optim.cpp.
 #pragma once
@@ -7,12 +8,15 @@
 
 namespace dp {
 
+enum class CpuGemm : uint8_t { OpenBlas, Eigen };
+
 class CpuBackend final : public Backend {
  public:
   // num_threads: OpenMP threads for parallel kernels (and GEMM).
-  explicit CpuBackend(int num_threads = 1);
+  explicit CpuBackend(int num_threads = 1, CpuGemm gemm = CpuGemm::OpenBlas);
   int num_threads() const { return num_threads_; }
   void set_num_threads(int n);
+  CpuGemm gemm_library() const { return gemm_; }
 
   DeviceType device_type() const override { return DeviceType::CPU; }
   int device_index() const override { return 0; }
@@ -88,6 +92,7 @@ class CpuBackend final : public Backend {
 
  private:
   int num_threads_;
+  CpuGemm gemm_;
 };
 
 }  // namespace dp

@@ -1,7 +1,9 @@
-// GEMM through OpenBLAS (cblas), row-major. Transposed operands are passed as transposes, never
-// copied.
+// GEMM through OpenBLAS (cblas) or Eigen, row-major. Transposed operands are passed as
+// transposes, never copied.
 #include <cblas.h>
 #include <omp.h>
+
+#include <Eigen/Core>
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
@@ -28,7 +30,31 @@ MatrixLayout layout_of(const Tensor& t) {
 }
 
 template <typename T>
-void gemm_one(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, int64_t N, int64_t K, T alpha,
+void eigen_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, int64_t N, int64_t K, T alpha,
+                const T* a, const T* b, T beta, T* c) {
+  using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<RowMajor, 0, Stride> cm(c, M, N, Stride(N));
+  // An operand stored transposed is, read row-major, a column-major matrix of the logical shape.
+  auto with_a = [&](auto&& am) {
+    auto with_b = [&](auto&& bm) {
+      if (beta == T(0)) {
+        cm.noalias() = alpha * am * bm;
+      } else {
+        cm *= beta;
+        cm.noalias() += alpha * am * bm;
+      }
+    };
+    if (lb.trans == CblasNoTrans) with_b(Eigen::Map<const RowMajor, 0, Stride>(b, K, N, Stride(lb.ld)));
+    else with_b(Eigen::Map<const ColMajor, 0, Stride>(b, K, N, Stride(lb.ld)));
+  };
+  if (la.trans == CblasNoTrans) with_a(Eigen::Map<const RowMajor, 0, Stride>(a, M, K, Stride(la.ld)));
+  else with_a(Eigen::Map<const ColMajor, 0, Stride>(a, M, K, Stride(la.ld)));
+}
+
+template <typename T>
+void openblas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, int64_t N, int64_t K, T alpha,
               const T* a, const T* b, T beta, T* c) {
   if constexpr (std::is_same_v<T, float>) {
     cblas_sgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, N);
@@ -58,10 +84,11 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
     // Many small products: one per thread (BLAS runs single-threaded inside a parallel region);
     // otherwise BLAS threads each product.
     const bool batch_parallel = batch >= 2 * num_threads_ && M * N * K < (int64_t(1) << 21);
+    auto one = gemm_ == CpuGemm::Eigen ? &eigen_gemm<T> : &openblas_gemm<T>;
+    if (gemm_ == CpuGemm::Eigen) Eigen::setNbThreads(batch_parallel ? 1 : num_threads_);
 #pragma omp parallel for num_threads(num_threads_) schedule(static) if (batch_parallel)
     for (int64_t i = 0; i < batch; ++i)
-      gemm_one<T>(la, lb, M, N, K, static_cast<T>(alpha), ap + i * sa, bp + i * sb, static_cast<T>(beta),
-                  cp + i * M * N);
+      one(la, lb, M, N, K, static_cast<T>(alpha), ap + i * sa, bp + i * sb, static_cast<T>(beta), cp + i * M * N);
   });
 }
 

@@ -17,7 +17,9 @@ namespace dp {
 
 using namespace cpu;
 
-CpuBackend::CpuBackend(int num_threads) : num_threads_(1) { set_num_threads(num_threads); }
+CpuBackend::CpuBackend(int num_threads, CpuGemm gemm) : num_threads_(1), gemm_(gemm) {
+  set_num_threads(num_threads);
+}
 
 void CpuBackend::set_num_threads(int n) {
   DP_CHECK(n >= 1, "CPU backend: thread count must be at least 1, got ", n);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs dptrain's Debian dependencies and builds it into build/ (Release, CPU arch x86-64-v4,
+# CUDA backend when /usr/local/cuda is present). Run as root (or with sudo) from anywhere.
+#   launch/setup.sh [extra cmake args...]      e.g. -DDPTRAIN_CPU_ARCH=x86-64-v3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake ninja-build ccache pkg-config
+  libeigen3-dev libyaml-cpp-dev libopenblas-openmp-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build -j "$(nproc)"

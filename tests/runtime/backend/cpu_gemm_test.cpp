@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/ops/creation.h"
+#include "runtime/ops/matmul.h"
+
+namespace dp {
+namespace {
+
+// Naive reference: c[m, n] = Σ_k a[m, k] b[k, n], in double.
+std::vector<double> reference_matmul(const std::vector<double>& a, const std::vector<double>& b, int64_t M,
+                                     int64_t K, int64_t N) {
+  std::vector<double> c(M * N, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) c[m * N + n] += a[m * K + k] * b[k * N + n];
+  return c;
+}
+
+TEST(CpuGemm, OpenBlasAndEigenAgreeWithReferenceForAllLayouts) {
+  for (CpuGemm lib : {CpuGemm::OpenBlas, CpuGemm::Eigen}) {
+    for (int threads : {1, 2}) {
+      CpuBackend backend(threads, lib);
+      Device cpu(&backend);
+      Generator gen(3);
+      const int64_t M = 37, K = 53, N = 29;
+      Tensor a = rand({M, K}, gen, kFloat32, cpu, -1, 1), b = rand({K, N}, gen, kFloat32, cpu, -1, 1);
+      std::vector<double> ref = reference_matmul(a.to(kFloat64).to_vector<double>(),
+                                                 b.to(kFloat64).to_vector<double>(), M, K, N);
+      Tensor at = a.t().contiguous().t(), bt = b.t().contiguous().t();  // transposed storage
+      for (auto [x, y] : {std::pair{a, b}, std::pair{at, b}, std::pair{a, bt}, std::pair{at, bt}}) {
+        std::vector<float> c = matmul(x, y).to_vector<float>();
+        for (size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(c[i], ref[i], 1e-4) << "element " << i;
+      }
+      // Batched with a broadcast right operand.
+      Tensor a3 = rand({3, M, K}, gen, kFloat64, cpu);
+      Tensor c3 = matmul(a3, b.to(kFloat64));
+      std::vector<double> a3v = a3.to_vector<double>(), c3v = c3.to_vector<double>();
+      std::vector<double> a1(a3v.begin() + M * K, a3v.begin() + 2 * M * K);
+      std::vector<double> ref1 = reference_matmul(a1, b.to(kFloat64).to_vector<double>(), M, K, N);
+      for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(c3v[M * N + i], ref1[i], 1e-12);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dp
