@@ -90,7 +90,8 @@ void CpuBackend::arange(const Tensor& dst, double start, double step) {
   dispatch_all(dst.dtype(), [&](auto d) {
     using D = decltype(d);
     D* p = dst.data<D>();
-    for (int64_t i = 0; i < dst.numel(); ++i) p[i] = convert<D>(start + static_cast<double>(i) * step);
+    // std::fma pins the rounding to what the CUDA kernel computes, whatever -march allows.
+    for (int64_t i = 0; i < dst.numel(); ++i) p[i] = convert<D>(std::fma(static_cast<double>(i), step, start));
   });
 }
 
@@ -116,11 +117,11 @@ void CpuBackend::random(const Tensor& dst, RandomDist dist, double a, double b, 
       Philox4x32::generate(seed, offset + static_cast<uint64_t>(i), r);
       double v;
       switch (dist) {
-        case RandomDist::Uniform: v = a + (b - a) * uniform01(r, wide); break;
+        case RandomDist::Uniform: v = std::fma(b - a, uniform01(r, wide), a); break;  // fma: same as CUDA
         case RandomDist::Normal: {  // Box–Muller on two independent words
           double u1 = (static_cast<double>(r[2]) + 1.0) * 0x1.0p-32;  // (0, 1]
           double u2 = static_cast<double>(r[3]) * 0x1.0p-32;
-          v = a + b * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+          v = std::fma(b * std::sqrt(-2.0 * std::log(u1)), std::cos(6.283185307179586 * u2), a);
           break;
         }
         case RandomDist::Bernoulli: v = uniform01(r, wide) < a ? 1.0 : 0.0; break;

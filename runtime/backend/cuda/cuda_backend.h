@@ -1,0 +1,207 @@
+// CUDA backend: one GPU, one non-blocking stream, cuBLAS/cuBLASLt handles bound to that stream,
+// and the device's stream-ordered memory pool. Kernels are queued on the stream and return at
+// once; only synchronize(), copy_to_host() and the explicit waits below block the host.
+//
+// Files: cuda_backend.cpp (lifetime, device count, kernels not written yet), memory.cpp
+// (allocation, host/device copies, pinned buffers, copy/fill/arange/random front-ends),
+// gemm.cpp (cuBLASLt), kernels.cu (the element kernels), cuda_check.h (checked calls).
+//
+// NOTE [ CUDA memory pool ]
+// allocate()/deallocate() are cudaMallocAsync/cudaFreeAsync on the backend's stream, from the
+// device's default memory pool with its release threshold raised to "never": freed blocks stay
+// reserved and are handed out again, so a training step allocates nothing from the driver after
+// the first one. A block freed on this stream is reusable by later work on this stream at once;
+// work on another stream that uses this backend's memory must be ordered after this stream
+// (event) before the memory is freed.
+//
+// This header needs no CUDA headers: CUDA handle types are forward-declared.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/backend/backend.h"
+
+struct CUstream_st;         // cudaStream_t
+struct CUevent_st;          // cudaEvent_t
+struct CUmemPoolHandle_st;  // cudaMemPool_t
+struct cublasContext;       // cublasHandle_t
+struct cublasLtContext;     // cublasLtHandle_t
+
+namespace dp::cuda {
+
+// Number of usable GPUs: 0 when there is no driver or no device (cudaErrorInsufficientDriver,
+// cudaErrorNoDevice, cudaErrorStubLibrary); any other failure throws.
+int device_count();
+// The backend for GPU `device_index` with default options.
+std::unique_ptr<Backend> make_backend(int device_index);
+
+struct CudaOptions {
+  // float32 GEMM on tensor cores with TF32 inputs (10-bit mantissa, several times faster, ~1e-3
+  // relative error). Off by default: float32 GEMM is exact f32 like the CPU backend.
+  bool allow_tf32 = false;
+  // cuBLASLt workspace; 32 MiB is what NVIDIA recommends for Hopper.
+  size_t gemm_workspace_bytes = size_t(32) << 20;
+};
+
+// Page-locked host memory (cudaHostAlloc, portable to all devices): the only kind of host memory
+// a host→device copy can read asynchronously. The data loader stages batches in these.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  explicit PinnedHostBuffer(size_t nbytes);
+  ~PinnedHostBuffer();
+  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A point in a backend's stream (cudaEvent without timing). Move-only.
+class CudaEvent {
+ public:
+  CudaEvent() = default;
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  // True once the stream has passed the event (never blocks).
+  bool ready() const;
+  // Blocks the calling thread until the stream has passed the event.
+  void synchronize() const;
+
+ private:
+  friend class CudaBackend;
+  CudaEvent(int device, CUevent_st* event) : device_(device), event_(event) {}
+  int device_ = -1;
+  CUevent_st* event_ = nullptr;
+};
+
+// Bytes of the device's memory pool: handed out now, and held from the driver (in use + cached).
+struct PoolStats {
+  uint64_t used_bytes = 0;
+  uint64_t reserved_bytes = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index, const CudaOptions& options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  DeviceType device_type() const override { return DeviceType::CUDA; }
+  int device_index() const override { return device_; }
+  CUstream_st* stream() const { return stream_; }  // a cudaStream_t
+  const CudaOptions& options() const { return options_; }
+  void set_allow_tf32(bool allow) { options_.allow_tf32 = allow; }
+
+  // ---- Memory (see NOTE [ CUDA memory pool ]) ----
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  // The host source may be released as soon as this returns (pageable memory is staged by the
+  // driver before the call returns; pinned memory makes the call wait for its copy).
+  void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
+  // Waits for the stream, then returns with host_dst filled.
+  void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
+  // Device → device on this backend's stream (both pointers on this GPU).
+  void copy_on_device(void* dst, const void* src, size_t nbytes);
+  // Queues a host→device copy of `nbytes` from pinned memory at src.data() + src_offset and
+  // returns at once. The returned event completes when the copy has read the source: `src` must
+  // stay alive and unmodified until then (event.ready() / event.synchronize()). Kernels queued
+  // later on this backend see the data without any wait.
+  CudaEvent copy_from_pinned_async(void* dst, const PinnedHostBuffer& src, size_t src_offset,
+                                   size_t nbytes);
+  // Records an event at the current end of the stream.
+  CudaEvent record_event();
+  void synchronize() override;
+  PoolStats pool_stats() const;
+
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, double value) override;
+  void arange(const Tensor& dst, double start, double step) override;
+  void random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed,
+              uint64_t offset) override;
+
+  // cuBLASLt; float32 (exact unless allow_tf32), float64, float16 and bfloat16 (both with
+  // float32 accumulation). Row-major views are passed to column-major cuBLAS as C^T = B^T A^T.
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) override;
+
+  // ---- Not written yet: each throws "<op>: no CUDA kernel yet (device cuda:N)" ----
+  void unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      const Tensor& dx) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) override;
+  void axpby(double alpha, const Tensor& x, double beta, const Tensor& y) override;
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
+  void argmax_rows(const Tensor& x, const Tensor& out) override;
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                      const Conv2dParams& p) override;
+  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
+                              const Tensor& dbias, const Conv2dParams& p) override;
+  void max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices,
+                          const Pool2dParams& p) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;
+  void avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) override;
+  void adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) override;
+  void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) override;
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                          const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                          double momentum, double eps) override;
+  void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                           const Tensor& dweight, const Tensor& dbias, bool training) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& y, const Tensor& save_mean, const Tensor& save_rstd,
+                          double eps) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& save_mean, const Tensor& save_rstd, const Tensor& dx,
+                           const Tensor& dweight, const Tensor& dbias) override;
+  void softmax_forward(const Tensor& x, const Tensor& y, bool log) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
+  void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs,
+                             const Tensor& losses, int64_t ignore_index,
+                             double label_smoothing) override;
+  void cross_entropy_backward(const Tensor& log_probs, const Tensor& target,
+                              const Tensor& dlosses, const Tensor& dlogits, int64_t ignore_index,
+                              double label_smoothing) override;
+  void embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
+  void embedding_backward(const Tensor& dout, const Tensor& indices, const Tensor& dweight,
+                          int64_t padding_idx) override;
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                  const SgdParams& p) override;
+
+ private:
+  struct GemmAlgoCache;  // cuBLASLt algorithms by problem, gemm.cpp
+
+  // Makes this backend's GPU current on the calling thread (every entry point calls it).
+  void activate() const;
+  // Waits for the stream and frees what the constructor created (also after a failed one).
+  void release() noexcept;
+
+  int device_;
+  CudaOptions options_;
+  CUstream_st* stream_ = nullptr;
+  CUmemPoolHandle_st* pool_ = nullptr;
+  cublasContext* blas_ = nullptr;
+  cublasLtContext* blas_lt_ = nullptr;
+  void* workspace_ = nullptr;
+  std::unique_ptr<GemmAlgoCache> gemm_algos_;
+};
+
+}  // namespace dp::cuda

@@ -1,0 +1,235 @@
+// CUDA memory (stream-ordered pool), host/device copies, pinned host buffers, events, and the
+// front-ends of the copy/fill/arange/random kernels (kernels.cu).
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_check.h"
+#include "runtime/backend/cuda/kernels.h"
+
+namespace dp::cuda {
+
+namespace {
+
+// True for page-locked (cudaHostAlloc'd or registered) host memory.
+bool is_pinned(const void* host_ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, host_ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // unknown pointer: ordinary pageable memory
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
+// The loop shape of `sizes` over N operands: size-1 dims dropped, and each dim merged into the
+// next-inner one where it continues it in every operand (stride == inner size * inner stride),
+// so a contiguous or simply-sliced tensor becomes one or two dims.
+template <int N>
+StridedShape<N> make_strided_shape(const char* op, const Shape& sizes, const std::array<const Shape*, N>& strides) {
+  StridedShape<N> out;
+  int nd = 0;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[d] == 1) continue;
+    bool continues_inner = nd > 0;
+    for (int k = 0; k < N && continues_inner; ++k)
+      continues_inner = (*strides[k])[d] == out.sizes[nd - 1] * out.strides[k][nd - 1];
+    if (continues_inner) {
+      out.sizes[nd - 1] *= sizes[d];
+      continue;
+    }
+    DP_CHECK(nd < kMaxDims, op, ": the CUDA kernel handles up to ", kMaxDims,
+             " dims that cannot be merged, got shape ", shape_str(sizes));
+    out.sizes[nd] = sizes[d];
+    for (int k = 0; k < N; ++k) out.strides[k][nd] = (*strides[k])[d];
+    ++nd;
+  }
+  out.ndim = nd;
+  return out;
+}
+
+}  // namespace
+
+// ---- Pinned host memory and events ------------------------------------------------------------
+
+PinnedHostBuffer::PinnedHostBuffer(size_t nbytes) : size_(nbytes) {
+  if (nbytes == 0) return;
+  DP_CUDA_CHECK(-1, cudaHostAlloc(&data_, nbytes, cudaHostAllocPortable), "pinned host memory, requested ",
+                format_bytes(nbytes));
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_) DP_CUDA_REPORT(-1, cudaFreeHost(data_));
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    PinnedHostBuffer old(std::move(*this));
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_) DP_CUDA_REPORT(device_, cudaEventDestroy(event_));
+}
+
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept
+    : device_(other.device_), event_(std::exchange(other.event_, nullptr)) {}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  if (this != &other) {
+    CudaEvent old(std::move(*this));
+    device_ = other.device_;
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+bool CudaEvent::ready() const {
+  if (!event_) return true;
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  if (status != cudaSuccess) throw_cuda_error("cudaEventQuery(event_)", status, device_, "");
+  return true;
+}
+
+void CudaEvent::synchronize() const {
+  if (event_) DP_CUDA_CHECK(device_, cudaEventSynchronize(event_));
+}
+
+CudaEvent CudaBackend::record_event() {
+  activate();
+  cudaEvent_t event = nullptr;
+  DP_CUDA_CHECK(device_, cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  CudaEvent owned(device_, event);
+  DP_CUDA_CHECK(device_, cudaEventRecord(event, stream_));
+  return owned;
+}
+
+// ---- Device memory and copies -----------------------------------------------------------------
+
+void* CudaBackend::allocate(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  activate();
+  void* ptr = nullptr;
+  DP_CUDA_CHECK(device_, cudaMallocAsync(&ptr, nbytes, stream_), "requested ", format_bytes(nbytes),
+                "; pool: ", format_bytes(pool_stats().used_bytes), " in use, ",
+                format_bytes(pool_stats().reserved_bytes), " reserved");
+  return ptr;
+}
+
+void CudaBackend::deallocate(void* ptr, size_t) {
+  // Called from Storage's destructor: reports rather than throws.
+  if (ptr) DP_CUDA_REPORT(device_, cudaFreeAsync(ptr, stream_));
+}
+
+PoolStats CudaBackend::pool_stats() const {
+  PoolStats stats;
+  DP_CUDA_CHECK(device_, cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &stats.used_bytes));
+  DP_CUDA_CHECK(device_, cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &stats.reserved_bytes));
+  return stats;
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
+  if (nbytes == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_, cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_),
+                format_bytes(nbytes), " host → device");
+  // From pinned memory the copy really is asynchronous; the contract lets the caller free the
+  // source on return, so wait (copy_from_pinned_async is the asynchronous path).
+  if (is_pinned(host_src)) DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_, cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
+                format_bytes(nbytes), " device → host");
+  DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_), "waiting for the work queued before a device → host copy");
+}
+
+void CudaBackend::copy_on_device(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream_),
+                format_bytes(nbytes), " device → device");
+}
+
+CudaEvent CudaBackend::copy_from_pinned_async(void* dst, const PinnedHostBuffer& src, size_t src_offset,
+                                              size_t nbytes) {
+  DP_CHECK(src_offset <= src.size() && nbytes <= src.size() - src_offset, "copy_from_pinned_async: bytes [",
+           src_offset, ", ", src_offset + nbytes, ") lie outside the pinned buffer of ", src.size(), " bytes");
+  activate();
+  DP_CUDA_CHECK(device_,
+                cudaMemcpyAsync(dst, static_cast<const char*>(src.data()) + src_offset, nbytes,
+                                cudaMemcpyHostToDevice, stream_),
+                format_bytes(nbytes), " pinned host → device");
+  return record_event();
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_));
+}
+
+// ---- Copies, casts, fills, random -------------------------------------------------------------
+
+namespace {
+void check_on(const Backend* backend, const char* op, const Tensor& t) {
+  DP_CHECK(&t.device().backend() == backend, op, ": ", t.str(), " is not on the CUDA device running the op");
+}
+}  // namespace
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  DP_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", src.str(), " → ", dst.str());
+  check_on(this, "copy", src);
+  check_on(this, "copy", dst);
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    copy_on_device(dst.raw_data(), src.raw_data(), src.nbytes());
+    return;
+  }
+  activate();
+  const StridedShape<2> shape = make_strided_shape<2>("copy", dst.shape(), {&dst.strides(), &src.strides()});
+  DP_CUDA_CHECK(device_,
+                launch_copy(src.raw_data(), src.dtype(), dst.raw_data(), dst.dtype(), shape, src.numel(), stream_),
+                "copy ", src.str(), " → ", dst.str());
+}
+
+void CudaBackend::fill(const Tensor& dst, double value) {
+  check_on(this, "fill", dst);
+  if (dst.numel() == 0) return;
+  activate();
+  const StridedShape<1> shape = make_strided_shape<1>("fill", dst.shape(), {&dst.strides()});
+  DP_CUDA_CHECK(device_, launch_fill(dst.raw_data(), dst.dtype(), value, shape, dst.numel(), stream_), "fill ",
+                dst.str());
+}
+
+void CudaBackend::arange(const Tensor& dst, double start, double step) {
+  DP_ASSERT(dst.is_contiguous());
+  check_on(this, "arange", dst);
+  activate();
+  DP_CUDA_CHECK(device_, launch_arange(dst.raw_data(), dst.dtype(), dst.numel(), start, step, stream_), "arange ",
+                dst.str());
+}
+
+void CudaBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset) {
+  DP_ASSERT(dst.is_contiguous());
+  check_floating("random", dst);
+  check_on(this, "random", dst);
+  const Distribution kind = dist == RandomDist::Uniform ? Distribution::Uniform
+                            : dist == RandomDist::Normal ? Distribution::Normal
+                                                         : Distribution::Bernoulli;
+  activate();
+  DP_CUDA_CHECK(device_, launch_random(dst.raw_data(), dst.dtype(), dst.numel(), kind, a, b, seed, offset, stream_),
+                "random ", dst.str());
+}
+
+}  // namespace dp::cuda

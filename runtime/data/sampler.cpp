@@ -1,0 +1,118 @@
+#include "runtime/data/sampler.h"
+
+#include <numeric>
+#include <random>
+
+#include "runtime/core/error.h"
+
+namespace dp {
+namespace {
+
+// SplitMix64's finaliser: a bijective mix, so distinct (seed, epoch) give distinct streams.
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform on [0, bound) without modulo bias (Lemire 2019), identical on every platform.
+uint64_t bounded_draw(std::mt19937_64& rng, uint64_t bound) {
+  unsigned __int128 product = static_cast<unsigned __int128>(rng()) * bound;
+  uint64_t low = static_cast<uint64_t>(product);
+  if (low < bound) {
+    const uint64_t threshold = -bound % bound;
+    while (low < threshold) {
+      product = static_cast<unsigned __int128>(rng()) * bound;
+      low = static_cast<uint64_t>(product);
+    }
+  }
+  return static_cast<uint64_t>(product >> 64);
+}
+
+std::vector<int64_t> iota_indices(int64_t n) {
+  std::vector<int64_t> indices(static_cast<size_t>(n));
+  std::iota(indices.begin(), indices.end(), int64_t{0});
+  return indices;
+}
+
+void check_dataset_size(const char* sampler, int64_t n) {
+  DP_CHECK(n >= 0, sampler, ": dataset size must be non-negative, got ", n);
+}
+
+}  // namespace
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order = iota_indices(n);
+  std::mt19937_64 rng(mix64(seed ^ mix64(static_cast<uint64_t>(epoch))));
+  for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+    const int64_t j = static_cast<int64_t>(bounded_draw(rng, static_cast<uint64_t>(i) + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+SequentialSampler::SequentialSampler(int64_t dataset_size) : dataset_size_(dataset_size) {
+  check_dataset_size("SequentialSampler", dataset_size);
+}
+
+std::vector<int64_t> SequentialSampler::indices(int64_t) const { return iota_indices(dataset_size_); }
+
+RandomSampler::RandomSampler(int64_t dataset_size, uint64_t seed) : dataset_size_(dataset_size), seed_(seed) {
+  check_dataset_size("RandomSampler", dataset_size);
+}
+
+std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
+  return epoch_permutation(dataset_size_, seed_, epoch);
+}
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options)
+    : dataset_size_(dataset_size), options_(options) {
+  check_dataset_size("DistributedSampler", dataset_size);
+  DP_CHECK(options.world_size >= 1, "DistributedSampler: world_size must be at least 1, got ", options.world_size);
+  DP_CHECK(options.rank >= 0 && options.rank < options.world_size, "DistributedSampler: rank ", options.rank,
+           " is outside [0, world_size=", options.world_size, ")");
+  const int64_t world = options.world_size;
+  shard_size_ = options.drop_last ? dataset_size / world : (dataset_size + world - 1) / world;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> order = options_.shuffle ? epoch_permutation(dataset_size_, options_.seed, epoch)
+                                                : iota_indices(dataset_size_);
+  const int64_t world = options_.world_size;
+  const int64_t total = shard_size_ * world;
+  // Pad with the head of the order (repeated when the data set is smaller than the padding).
+  for (int64_t i = 0; static_cast<int64_t>(order.size()) < total; ++i) order.push_back(order[i]);
+  std::vector<int64_t> shard(static_cast<size_t>(shard_size_));
+  for (int64_t s = 0; s < shard_size_; ++s) shard[s] = order[options_.rank + s * world];
+  return shard;
+}
+
+std::span<const int64_t> EpochPlan::batch(int64_t b) const {
+  DP_CHECK(b >= 0 && b < num_batches(), "EpochPlan: batch ", b, " is outside [0, ", num_batches(), ")");
+  return std::span<const int64_t>(indices).subspan(batch_starts[b], batch_starts[b + 1] - batch_starts[b]);
+}
+
+FixedSizeBatchSampler::FixedSizeBatchSampler(std::unique_ptr<Sampler> sampler, int64_t batch_size, bool drop_last)
+    : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
+  DP_CHECK(sampler_ != nullptr, "FixedSizeBatchSampler: sampler is null");
+  DP_CHECK(batch_size >= 1, "FixedSizeBatchSampler: batch_size must be at least 1, got ", batch_size);
+}
+
+int64_t FixedSizeBatchSampler::num_batches(int64_t) const {
+  const int64_t n = sampler_->size();
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+EpochPlan FixedSizeBatchSampler::plan(int64_t epoch) const {
+  EpochPlan plan;
+  plan.indices = sampler_->indices(epoch);
+  const int64_t batches = num_batches(epoch);
+  plan.indices.resize(std::min<size_t>(plan.indices.size(), static_cast<size_t>(batches * batch_size_)));
+  plan.batch_starts.reserve(static_cast<size_t>(batches) + 1);
+  for (int64_t b = 0; b < batches; ++b) plan.batch_starts.push_back(b * batch_size_);
+  plan.batch_starts.push_back(static_cast<int64_t>(plan.indices.size()));
+  return plan;
+}
+
+}  // namespace dp

@@ -1,0 +1,114 @@
+// Which samples an epoch visits, in what order (Sampler), and how they group into batches
+// (BatchSampler). The DataLoader asks the BatchSampler for an EpochPlan in begin_epoch.
+//
+// NOTE [ Deterministic epochs ]
+// An epoch's order is a pure function of (seed, epoch) and, for the distributed sampler,
+// (rank, world_size). It is computed on the caller's thread, so it does not depend on how many
+// loader threads run. The shuffle draws from std::mt19937_64 seeded by a hash of (seed, epoch)
+// through our own bounded draw (std::uniform_int_distribution differs between standard
+// libraries), so the order is also the same on every platform. Every rank of a job computes the
+// same permutation and keeps its own shard of it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace dp {
+
+// A uniformly random permutation of [0, n) for (seed, epoch); see NOTE [ Deterministic epochs ].
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  // Number of indices each epoch yields.
+  virtual int64_t size() const = 0;
+  // The epoch's sample indices, in visiting order.
+  virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
+};
+
+// 0, 1, ..., n-1 every epoch (evaluation).
+class SequentialSampler final : public Sampler {
+ public:
+  explicit SequentialSampler(int64_t dataset_size);
+  int64_t size() const override { return dataset_size_; }
+  std::vector<int64_t> indices(int64_t epoch) const override;
+
+ private:
+  int64_t dataset_size_;
+};
+
+// A new permutation of [0, n) every epoch.
+class RandomSampler final : public Sampler {
+ public:
+  RandomSampler(int64_t dataset_size, uint64_t seed);
+  int64_t size() const override { return dataset_size_; }
+  std::vector<int64_t> indices(int64_t epoch) const override;
+
+ private:
+  int64_t dataset_size_;
+  uint64_t seed_;
+};
+
+struct DistributedSamplerOptions {
+  int rank = 0;
+  int world_size = 1;
+  bool shuffle = true;
+  uint64_t seed = 0;     // must be the same on every rank
+  bool drop_last = false;
+};
+
+// PyTorch's DistributedSampler semantics: rank r takes positions r, r + W, r + 2W, ... of the
+// epoch's order, so the shards are disjoint and equally long. Without drop_last the order is
+// first padded by repeating its head until its length divides by W (up to W - 1 samples are seen
+// twice an epoch); with drop_last its tail is cut instead (up to W - 1 samples are skipped).
+class DistributedSampler final : public Sampler {
+ public:
+  DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options);
+  int64_t size() const override { return shard_size_; }
+  std::vector<int64_t> indices(int64_t epoch) const override;
+
+ private:
+  int64_t dataset_size_;
+  DistributedSamplerOptions options_;
+  int64_t shard_size_;
+};
+
+// An epoch's sample order cut into batches.
+struct EpochPlan {
+  std::vector<int64_t> indices;       // sample order
+  std::vector<int64_t> batch_starts;  // batch b is indices[batch_starts[b], batch_starts[b + 1])
+
+  int64_t num_batches() const { return batch_starts.empty() ? 0 : static_cast<int64_t>(batch_starts.size()) - 1; }
+  std::span<const int64_t> batch(int64_t b) const;
+};
+
+// Groups samples into batches. Fixed-size batching is below; batching to a token budget
+// (variable sample count per batch) is another implementation of the same interface.
+class BatchSampler {
+ public:
+  virtual ~BatchSampler() = default;
+  virtual EpochPlan plan(int64_t epoch) const = 0;
+  virtual int64_t num_batches(int64_t epoch) const = 0;
+  // Most samples any batch holds: the capacity of the loader's buffers.
+  virtual int64_t max_batch_size() const = 0;
+};
+
+// Consecutive batches of batch_size samples; the last is smaller, or dropped with drop_last.
+class FixedSizeBatchSampler final : public BatchSampler {
+ public:
+  FixedSizeBatchSampler(std::unique_ptr<Sampler> sampler, int64_t batch_size, bool drop_last);
+  EpochPlan plan(int64_t epoch) const override;
+  int64_t num_batches(int64_t epoch) const override;
+  int64_t max_batch_size() const override { return batch_size_; }
+  const Sampler& sampler() const { return *sampler_; }
+
+ private:
+  std::unique_ptr<Sampler> sampler_;
+  int64_t batch_size_;
+  bool drop_last_;
+};
+
+}  // namespace dp

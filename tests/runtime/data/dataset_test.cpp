@@ -1,0 +1,93 @@
+// In-memory image classification: normalisation table, batch assembly into given buffers, and
+// the checks on construction and on the buffers.
+#include <gtest/gtest.h>
+
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/data/fashion_mnist.h"
+
+namespace dp {
+namespace {
+
+class ImageDatasetTest : public ::testing::Test {
+ protected:
+  // n images of shape [1, 2, 3] whose pixels are 40 * image + pixel.
+  static ImageClassificationDataset make(int64_t n, Normalization normalization) {
+    std::vector<uint8_t> pixels;
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int p = 0; p < 6; ++p) pixels.push_back(static_cast<uint8_t>(40 * i + p));
+      labels.push_back(i % 3);
+    }
+    return ImageClassificationDataset(std::move(pixels), {1, 2, 3}, std::move(labels), 3, normalization, "toy");
+  }
+
+  CpuBackend backend{1};
+  Device cpu{&backend};
+};
+
+TEST_F(ImageDatasetTest, NormalisationTableMatchesFormula) {
+  const Normalization norm{0.2860, 0.3530};
+  const ImageClassificationDataset data = make(1, norm);
+  for (int v = 0; v < 256; ++v) {
+    EXPECT_EQ(data.normalized(static_cast<uint8_t>(v)), static_cast<float>((v / 255.0 - norm.mean) / norm.std)) << v;
+  }
+  EXPECT_NEAR(data.normalized(0), -0.810198, 1e-6);
+  EXPECT_NEAR(data.normalized(255), 2.022663, 1e-6);
+}
+
+TEST_F(ImageDatasetTest, FillsNormalisedBatchInGivenOrder) {
+  const Normalization norm{0.5, 0.25};
+  const ImageClassificationDataset data = make(6, norm);
+  const Batch buffers = data.allocate_batch(4, cpu);
+  EXPECT_EQ(buffers.images.shape(), (Shape{4, 1, 2, 3}));
+  EXPECT_EQ(buffers.labels.shape(), (Shape{4}));
+  EXPECT_EQ(buffers.images.dtype(), kFloat32);
+  EXPECT_EQ(buffers.labels.dtype(), kInt64);
+
+  const std::vector<int64_t> indices{5, 0, 2};
+  const Batch batch = buffers.prefix(3);
+  const void* base = buffers.images.raw_data();
+  data.fill_batch(indices, batch);
+  EXPECT_EQ(batch.images.raw_data(), base);  // written in place
+  const std::vector<float> images = batch.images.to_vector<float>();
+  for (size_t b = 0; b < indices.size(); ++b) {
+    for (int p = 0; p < 6; ++p) {
+      const double pixel = 40.0 * indices[b] + p;
+      EXPECT_FLOAT_EQ(images[b * 6 + p], static_cast<float>((pixel / 255.0 - 0.5) / 0.25)) << b << "," << p;
+    }
+  }
+  EXPECT_EQ(batch.labels.to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 2}));
+}
+
+TEST_F(ImageDatasetTest, RejectsBadIndexAndBuffers) {
+  const ImageClassificationDataset data = make(4, {});
+  const Batch buffers = data.allocate_batch(2, cpu);
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 4}, buffers), Error);
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0}, buffers), Error);  // buffers hold 2, not 1
+  const Batch wrong{Tensor::empty({2, 6}, kFloat32, cpu), buffers.labels};
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 1}, wrong), Error);
+  try {
+    data.fill_batch(std::vector<int64_t>{-1, 0}, buffers);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("toy: sample index -1 is outside [0, 4)"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ImageDatasetTest, ConstructorValidates) {
+  EXPECT_THROW(ImageClassificationDataset({1, 2, 3}, {1, 1, 2}, {0, 1}, 2, {}, "short pixels"), Error);
+  EXPECT_THROW(ImageClassificationDataset({1, 2}, {1, 1, 1}, {0, 2}, 2, {}, "label range"), Error);
+  EXPECT_THROW(ImageClassificationDataset({1}, {1, 1, 1}, {0}, 2, {0.5, 0.0}, "zero std"), Error);
+}
+
+TEST_F(ImageDatasetTest, PrefixAndRewriteShareVersion) {
+  const ImageClassificationDataset data = make(2, {});
+  const Batch buffers = data.allocate_batch(2, cpu);
+  const Batch head = buffers.prefix(1);
+  const uint64_t before = buffers.images.version();
+  head.mark_rewritten();
+  EXPECT_GT(buffers.images.version(), before);
+}
+
+}  // namespace
+}  // namespace dp
