@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""PyTorch side of the training-step benchmark: the numbers dptrain is compared against.
+
+Times one training step (forward, cross-entropy, backward, SGD momentum 0.9) per iteration on
+fixed random data: warmup, then median and min over --iters. Prints one JSON object per line,
+with the same fields as bench_util.h's Timing ({"name", "median_ms", "min_ms", "iters"}).
+
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/torch_reference.py --threads 2
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
+
+
+def resnet18():
+    import torchvision  # only this case needs it
+    return torchvision.models.resnet18(num_classes=10)
+
+
+# name -> (model factory, input shape with batch)
+TRAIN_CASES = {
+    "small_cnn_b128": (SmallCNN, (128, 1, 28, 28)),
+    "mlp_b256": (mlp, (256, 1, 28, 28)),
+    "resnet18_b32": (resnet18, (32, 3, 32, 32)),
+}
+
+
+def time_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    ms = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ms), min(ms)
+
+
+def bench_train(name, warmup, iters):
+    factory, shape = TRAIN_CASES[name]
+    torch.manual_seed(0)
+    model = factory()
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(shape)
+    y = torch.randint(0, 10, (shape[0],))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    median, best = time_ms(step, warmup, iters)
+    return {"name": name, "median_ms": round(median, 3), "min_ms": round(best, 3), "iters": iters}
+
+
+def bench_sgemm(n, warmup, iters):
+    torch.manual_seed(0)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    c = torch.empty(n, n)
+    median, best = time_ms(lambda: torch.mm(a, b, out=c), warmup, iters)
+    return {"name": f"sgemm_{n}", "median_ms": round(median, 3), "min_ms": round(best, 3), "iters": iters,
+            "gflops": round(2 * n**3 / (median * 1e-3) / 1e9, 1)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per case (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
+    names = list(TRAIN_CASES) + ["sgemm_2048"]
+    p.add_argument("--only", choices=names, action="append", help="run just this case (repeatable)")
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    for name in args.only or names:
+        if name == "sgemm_2048":
+            r = bench_sgemm(2048, args.warmup, args.iters)
+        else:
+            r = bench_train(name, args.warmup, args.iters)
+        r.update(threads=args.threads, torch=torch.__version__)
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
