@@ -1,0 +1,93 @@
+// The dptrain configuration: one typed struct per YAML section, validated at load.
+//
+// Every key has a default; unknown keys, wrong types and out-of-range values are rejected with
+// a message naming the file, line and key, e.g.
+//   configs/x.yaml:7: optimizer.lr: expected a positive number, got -0.1
+// The reference of every key is docs/configuration.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dp {
+
+struct RunConfig {
+  std::string name;
+  uint64_t seed = 0;
+  int64_t epochs = 1;
+  int64_t threads = 2;                 // CPU threads for kernels
+  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string output_dir = "runs/default";
+  int64_t log_every = 50;              // steps between progress reports
+  std::string metrics_file = "metrics.jsonl";  // relative to output_dir
+  int64_t max_steps = 0;               // 0 = no limit
+  bool eval_every_epoch = true;
+};
+
+struct DataConfig {
+  std::string dataset = "fashion_mnist";
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  bool shuffle = true;
+  bool drop_last = false;
+  int64_t loader_threads = 1;          // 0 = load on the training thread
+  int64_t prefetch = 2;                // batches prepared ahead
+  double mean = 0.2860;                // input normalisation (x/255 - mean) / std
+  double std = 0.3530;
+};
+
+inline constexpr std::array<std::string_view, 3> kKnownModels = {"small_cnn", "mlp", "resnet18"};
+
+struct ModelConfig {
+  std::string name = "small_cnn";
+  int64_t num_classes = 10;
+  std::vector<int64_t> mlp_hidden = {1024, 1024};
+  double dropout = 0.0;
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";
+  double lr = 0.05;
+  double momentum = 0.9;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";      // constant | step | cosine
+  double warmup_epochs = 0.0;
+  std::vector<double> step_epochs;    // milestones (epochs) for "step"
+  double gamma = 0.1;
+  double min_lr = 0.0;                // cosine floor
+};
+
+struct LossConfig {
+  double label_smoothing = 0.0;
+};
+
+struct Config {
+  RunConfig run;
+  DataConfig data;
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  LossConfig loss;
+};
+
+// Loads `path` and applies overrides "section.key=value" (value parsed as YAML, so
+// `model.mlp_hidden=[512,256]` works). Throws dp::Error with an actionable message.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from YAML text; `source_name` stands for the file in messages.
+Config config_from_yaml_string(const std::string& yaml, const std::string& source_name,
+                               const std::vector<std::string>& overrides = {});
+// The fully resolved config, every key in section order; loading it gives back the same Config.
+std::string to_yaml(const Config& config);
+
+bool operator==(const Config& a, const Config& b);
+
+}  // namespace dp
