@@ -129,21 +129,23 @@ class Backend {
   virtual void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) = 0;
 
   // ---- Normalisation (contiguous) ----
-  // x [N, C, *]. Training: batch statistics, saved mean/invstd [C], running stats updated in
-  // place with `momentum` (unbiased variance, as PyTorch). Eval: running stats; save_* unused.
-  // weight/bias [C] optional.
+  // x [N, C, *]. Training: batch statistics, saved mean/invstd [C], running stats (optional in
+  // training) updated in place with `momentum` (unbiased variance, as PyTorch). Eval: running
+  // stats; save_* unused (may be undefined). weight/bias [C] optional.
   virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& running_mean, const Tensor& running_var,
                                   const Tensor& y, const Tensor& save_mean,
                                   const Tensor& save_invstd, bool training, double momentum,
                                   double eps) = 0;
   // Gradients through batch statistics (training) or through the running stats (eval, when
-  // save_mean/save_invstd hold running mean and 1/sqrt(var+eps)). dweight/dbias optional.
+  // save_mean/save_invstd hold running mean and 1/sqrt(var+eps)). dx, dweight, dbias each
+  // optional: undefined ones are not computed.
   virtual void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd,
                                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                    bool training) = 0;
   // x [M, N], normalised over N; weight/bias [N] optional; save_mean/save_rstd [M].
+  // Backward: dx, dweight, dbias each optional (undefined: not computed).
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& y, const Tensor& save_mean,
                                   const Tensor& save_rstd, double eps) = 0;
@@ -158,6 +160,8 @@ class Backend {
                                 bool log) = 0;
   // logits [M, C], target int64 [M]. Writes log_probs [M, C] and per-sample losses [M]
   // (0 where target == ignore_index). Label smoothing as PyTorch: (1-ε)·nll + ε·mean(-log p).
+  // Target values are data, so the kernel validates them: one outside [0, C) that is not
+  // ignore_index is a dp::Error naming the value and C.
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& target,
                                      const Tensor& log_probs, const Tensor& losses,
                                      int64_t ignore_index, double label_smoothing) = 0;
@@ -167,7 +171,8 @@ class Backend {
                                       int64_t ignore_index, double label_smoothing) = 0;
 
   // ---- Embedding ----
-  // out [K, D] = weight[indices[k]]; indices int64 [K] contiguous; weight [V, D].
+  // out [K, D] = weight[indices[k]]; indices int64 [K] contiguous; weight [V, D] contiguous.
+  // An index outside [0, V) is a dp::Error naming it and V (validated by the kernel: data).
   virtual void embedding_forward(const Tensor& weight, const Tensor& indices,
                                  const Tensor& out) = 0;
   // dweight (zeroed by the caller) += scatter of dout rows; rows equal to padding_idx skipped.

@@ -6,8 +6,9 @@
 
 namespace dp {
 
-// In training, zeroes each element with probability p and scales the rest by 1/(1-p); the mask
-// comes from `gen`. Identity when !training or p == 0.
+// p in [0, 1) (else an error). In training, zeroes each element with probability p and scales
+// the rest by 1/(1-p); the mask comes from `gen` (advancing it by x.numel() counters), so a
+// seed and offset reproduce it on any device. Returns x itself when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 
 }  // namespace dp

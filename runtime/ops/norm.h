@@ -1,14 +1,19 @@
-// Normalisation layers' functional forms, as torch.nn.functional.
+// Normalisation layers' functional forms, as torch.nn.functional. Optional tensors are passed
+// as an undefined Tensor().
 #pragma once
 
 #include "runtime/tensor/tensor.h"
 
 namespace dp {
 
-// x [N, C, *]; weight/bias [C] optional; running stats [C] updated in place in training.
+// x [N, C, *]; weight/bias [C] optional. Training normalises with the batch statistics and, when
+// running_mean/running_var [C] are given, updates them in place (outside autograd; their
+// versions are bumped): new = (1 - momentum)·old + momentum·batch, with the unbiased batch
+// variance as PyTorch. Eval normalises with the running statistics, which are then required.
+// Backward in both modes (in eval the statistics are constants).
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps);
-// Normalises over the trailing dims given by normalized_shape; weight/bias of that shape.
+// Normalises over the trailing dims given by normalized_shape; weight/bias of that shape, optional.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps);
 

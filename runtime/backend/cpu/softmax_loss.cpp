@@ -1,11 +1,197 @@
-// PENDING: kernels of this family are being written (see backend.h for the contract).
+// Softmax, log-softmax and fused cross-entropy over the rows of contiguous [M, N] tensors.
+// Numerically stable: the row maximum is subtracted before exponentiating; sums of
+// exponentials accumulate in double. Rows are split between OpenMP threads.
+#include <algorithm>
+#include <cmath>
+
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_dispatch.h"
 
 namespace dp {
 
-void CpuBackend::softmax_forward(const Tensor& x, const Tensor& y, bool log) { unsupported("softmax_forward"); }
-void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) { unsupported("softmax_backward"); }
-void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs, const Tensor& losses, int64_t ignore_index, double label_smoothing) { unsupported("cross_entropy_forward"); }
-void CpuBackend::cross_entropy_backward(const Tensor& log_probs, const Tensor& target, const Tensor& dlosses, const Tensor& dlogits, int64_t ignore_index, double label_smoothing) { unsupported("cross_entropy_backward"); }
+using namespace cpu;
+
+namespace {
+
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T mx = x[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
+}
+
+// Σ exp(x - mx); also stores the exponentials in `out` when given.
+template <typename T>
+double sum_exp(const T* x, T mx, int64_t n, T* out) {
+  double s = 0;
+  if (out) {
+    for (int64_t j = 0; j < n; ++j) {
+      out[j] = std::exp(x[j] - mx);
+      s += out[j];
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - mx);
+  }
+  return s;
+}
+
+// log Σ exp(x) of one row.
+template <typename T>
+T log_sum_exp(const T* x, int64_t n) {
+  const T mx = row_max(x, n);
+  return static_cast<T>(mx + std::log(sum_exp<T>(x, mx, n, nullptr)));
+}
+
+// Calls row_fn(m) for m in [0, M), split between `threads` OpenMP threads.
+template <typename Fn>
+void for_each_row(int64_t M, int threads, Fn&& row_fn) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t m = 0; m < M; ++m) row_fn(m);
+}
+
+// Rejects a target outside [0, C) other than ignore_index. A serial scan before the parallel
+// loop: an exception cannot leave an OpenMP region.
+void check_targets(const int64_t* target, int64_t M, int64_t C, int64_t ignore_index) {
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t t = target[m];
+    DP_CHECK(t == ignore_index || (t >= 0 && t < C), "cross_entropy: target ", t, " (sample ", m,
+             ") is out of range for ", C, " classes; expected a class index in [0, ", C,
+             ") or ignore_index (", ignore_index, ")");
+  }
+}
+
+}  // namespace
+
+// x, y [M, N] contiguous.
+void CpuBackend::softmax_forward(const Tensor& x, const Tensor& y, bool log) {
+  DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() == 2);
+  const int64_t M = x.size(0), N = x.size(1);
+  if (N == 0) return;
+  const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
+  dispatch_floating(x.dtype(), "softmax_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    for_each_row(M, threads, [&](int64_t m) {
+      const T* xr = xp + m * N;
+      T* yr = yp + m * N;
+      if (log) {
+        const T lse = log_sum_exp(xr, N);
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) yr[j] = xr[j] - lse;
+      } else {
+        // Exponentials stored once, then scaled: one exp per element.
+        const T inv_sum = static_cast<T>(1.0 / sum_exp(xr, row_max(xr, N), N, yr));
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) yr[j] *= inv_sum;
+      }
+    });
+  });
+}
+
+// y (the forward output), dy, dx [M, N] contiguous.
+// softmax: dx = y·(dy - Σ dy·y); log_softmax: dx = dy - exp(y)·Σ dy.
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
+  DP_ASSERT(y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous() && y.dim() == 2);
+  const int64_t M = y.size(0), N = y.size(1);
+  const int threads = y.numel() >= kParallelGrain ? num_threads_ : 1;
+  dispatch_floating(y.dtype(), "softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* yp = y.data<T>();
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    for_each_row(M, threads, [&](int64_t m) {
+      const T* yr = yp + m * N;
+      const T* g = gp + m * N;
+      T* out = dxp + m * N;
+      double dot = 0;
+      if (log) {
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < N; ++j) dot += g[j];
+        const T s = static_cast<T>(dot);
+        for (int64_t j = 0; j < N; ++j) out[j] = g[j] - std::exp(yr[j]) * s;
+      } else {
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < N; ++j) dot += static_cast<double>(g[j]) * yr[j];
+        const T s = static_cast<T>(dot);
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) out[j] = yr[j] * (g[j] - s);
+      }
+    });
+  });
+}
+
+// logits, log_probs [M, C] contiguous; target int64 [M]; losses [M].
+// Per sample: loss = -(1-ε)·log p[target] - (ε/C)·Σ_c log p[c], with Σ_c log p[c] = Σ x - C·lse,
+// so the row is read twice (max, then exp-sum with Σ x) and written once (log_probs).
+void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs,
+                                       const Tensor& losses, int64_t ignore_index, double label_smoothing) {
+  DP_ASSERT(logits.is_contiguous() && log_probs.is_contiguous() && target.is_contiguous() &&
+            logits.dim() == 2 && target.dtype() == kInt64);
+  const int64_t M = logits.size(0), C = logits.size(1);
+  const int64_t* tp = target.data<int64_t>();
+  check_targets(tp, M, C, ignore_index);
+  const int threads = logits.numel() >= kParallelGrain ? num_threads_ : 1;
+  const double target_weight = 1.0 - label_smoothing, uniform_weight = label_smoothing / static_cast<double>(C);
+  dispatch_floating(logits.dtype(), "cross_entropy_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = logits.data<T>();
+    T* lp = log_probs.data<T>();
+    T* loss = losses.data<T>();
+    for_each_row(M, threads, [&](int64_t m) {
+      const T* xr = xp + m * C;
+      T* lr = lp + m * C;
+      const T mx = row_max(xr, C);
+      double sum_e = 0, sum_x = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        sum_e += std::exp(xr[j] - mx);
+        sum_x += xr[j];
+      }
+      const double lse = mx + std::log(sum_e);
+      const T tlse = static_cast<T>(lse);
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) lr[j] = xr[j] - tlse;
+      const int64_t t = tp[m];
+      if (t == ignore_index) {
+        loss[m] = T(0);
+      } else {
+        const double sum_log_p = sum_x - static_cast<double>(C) * lse;
+        loss[m] = static_cast<T>(-target_weight * (static_cast<double>(xr[t]) - lse) - uniform_weight * sum_log_p);
+      }
+    });
+  });
+}
+
+// log_probs, dlogits [M, C] contiguous; target int64 [M]; dlosses [M] contiguous.
+// dlogits = dloss·(softmax - (1-ε)·onehot(target) - ε/C); zero rows for ignored samples.
+void CpuBackend::cross_entropy_backward(const Tensor& log_probs, const Tensor& target, const Tensor& dlosses,
+                                        const Tensor& dlogits, int64_t ignore_index, double label_smoothing) {
+  DP_ASSERT(log_probs.is_contiguous() && dlogits.is_contiguous() && dlosses.is_contiguous() &&
+            target.is_contiguous() && log_probs.dim() == 2 && target.dtype() == kInt64);
+  const int64_t M = log_probs.size(0), C = log_probs.size(1);
+  const int64_t* tp = target.data<int64_t>();
+  const int threads = log_probs.numel() >= kParallelGrain ? num_threads_ : 1;
+  dispatch_floating(log_probs.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* lp = log_probs.data<T>();
+    const T* dl = dlosses.data<T>();
+    T* dx = dlogits.data<T>();
+    const T uniform_weight = static_cast<T>(label_smoothing / static_cast<double>(C));
+    const T target_weight = static_cast<T>(1.0 - label_smoothing);
+    for_each_row(M, threads, [&](int64_t m) {
+      T* out = dx + m * C;
+      const int64_t t = tp[m];
+      if (t == ignore_index) {
+        std::fill(out, out + C, T(0));
+        return;
+      }
+      const T* lr = lp + m * C;
+      const T g = dl[m];
+      for (int64_t j = 0; j < C; ++j) out[j] = g * (std::exp(lr[j]) - uniform_weight);
+      out[t] -= g * target_weight;
+    });
+  });
+}
 
 }  // namespace dp

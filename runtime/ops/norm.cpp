@@ -1,0 +1,154 @@
+#include "runtime/ops/norm.h"
+
+#include <algorithm>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
+#include "runtime/backend/backend.h"
+#include "runtime/ops/elementwise.h"
+
+namespace dp {
+
+namespace {
+
+// An optional per-feature tensor (weight, bias, running stats): when defined it must have
+// `shape` and the input's dtype and device.
+void check_optional_param(const char* op, const char* name, const Tensor& p, const Shape& shape, const Tensor& x) {
+  if (!p.defined()) return;
+  DP_CHECK(p.shape() == shape, op, ": ", name, " must have shape ", shape_str(shape), " for input ", x.str(),
+           ", got ", p.str());
+  DP_CHECK(p.dtype() == x.dtype(), op, ": ", name, " ", p.str(), " must have the input's dtype (input ", x.str(),
+           ")");
+  check_same_device(op, x, p);
+}
+
+// Detached contiguous view of an optional tensor, reshaped to `shape`; undefined stays undefined.
+Tensor optional_operand(const Tensor& t, const Shape& shape) {
+  return t.defined() ? t.detach().contiguous().view(shape) : Tensor();
+}
+
+// A gradient buffer for input i when backward needs it, else undefined (the kernel skips it).
+// Zero-filled for an empty input x, where the kernel does not run.
+Tensor grad_buffer_if_needed(const Node& node, size_t i, const Shape& shape, const Tensor& x) {
+  if (!node.needs_input_grad(i)) return Tensor();
+  Tensor buf = Tensor::empty(shape, x.dtype(), x.device());
+  if (x.numel() == 0) buf.zero_();
+  return buf;
+}
+
+// Running statistics are buffers the kernel updates in place (training) and reads as flat arrays.
+void check_running_stat(const char* name, const Tensor& stat) {
+  if (!stat.defined()) return;
+  DP_CHECK(stat.is_contiguous(), "batch_norm: ", name, " must be a contiguous buffer (updated in place), got ",
+           stat.str());
+  DP_CHECK(!stat.requires_grad(), "batch_norm: ", name, " is a buffer updated in place and must not require grad");
+}
+
+}  // namespace
+
+// x [N, C, *]; weight, bias, running_mean, running_var [C]; y like x.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  constexpr const char* op = "batch_norm";
+  check_floating(op, x);
+  DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *] with at least 2 dims, got ", x.str());
+  const int64_t C = x.size(1);
+  const Shape channels{C};
+  check_optional_param(op, "weight", weight, channels, x);
+  check_optional_param(op, "bias", bias, channels, x);
+  check_optional_param(op, "running_mean", running_mean, channels, x);
+  check_optional_param(op, "running_var", running_var, channels, x);
+  DP_CHECK(running_mean.defined() == running_var.defined(), op,
+           ": give both running_mean and running_var, or neither");
+  DP_CHECK(training || running_mean.defined(), op,
+           ": evaluation mode normalises with running_mean and running_var, which were not given");
+  DP_CHECK(!training || x.numel() / std::max<int64_t>(C, 1) > 1, op,
+           ": expected more than 1 value per channel when training, got input ", x.str());
+  check_running_stat("running_mean", running_mean);
+  check_running_stat("running_var", running_var);
+
+  Tensor xc = x.detach().contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor save_mean, save_invstd;
+  if (training) {
+    save_mean = Tensor::empty(channels, x.dtype(), x.device());
+    save_invstd = Tensor::empty(channels, x.dtype(), x.device());
+  }
+  Tensor w = optional_operand(weight, channels), b = optional_operand(bias, channels);
+  if (x.numel() > 0)
+    x.device().backend().batch_norm_forward(xc, w, b, running_mean, running_var, y, save_mean, save_invstd,
+                                            training, momentum, eps);
+  if (training && running_mean.defined()) {
+    // Updated in place by the kernel, outside autograd: bump the versions so a stale saved copy
+    // of a running stat is caught.
+    running_mean.bump_version();
+    running_var.bump_version();
+  }
+
+  if (any_requires_grad({&x, &weight, &bias})) {
+    if (!training) {
+      // Eval backward treats the running statistics as constants (see the kernel's contract).
+      NoGradGuard no_grad;
+      save_mean = running_mean.detach();
+      save_invstd = rsqrt(running_var.detach() + eps);
+    }
+    SavedTensor sx(xc), sw(w), smean(save_mean), sinvstd(save_invstd);
+    record(op, y, {x, weight, bias}, [=](const Tensor& g, const Node& n) {
+      // g, dx [N, C, *]; dweight, dbias [C]
+      Tensor saved_x = sx.get(op);
+      Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x);
+      Tensor dweight = grad_buffer_if_needed(n, 1, channels, saved_x);
+      Tensor dbias = grad_buffer_if_needed(n, 2, channels, saved_x);
+      if (saved_x.numel() > 0)
+        saved_x.device().backend().batch_norm_backward(g.contiguous(), saved_x, sw.get(op), smean.get(op),
+                                                       sinvstd.get(op), dx, dweight, dbias, training);
+      return std::vector<Tensor>{dx, dweight, dbias};
+    });
+  }
+  return y;
+}
+
+// x [*, normalized_shape]; weight, bias [normalized_shape]; the kernel sees x as [M, N] with
+// N = numel(normalized_shape).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  constexpr const char* op = "layer_norm";
+  check_floating(op, x);
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  DP_CHECK(k >= 1 && x.dim() >= k && std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k),
+           op, ": normalized_shape ", shape_str(normalized_shape), " must match the trailing dims of input ", x.str());
+  check_optional_param(op, "weight", weight, normalized_shape, x);
+  check_optional_param(op, "bias", bias, normalized_shape, x);
+  const int64_t N = numel_of(normalized_shape);
+  const int64_t M = N > 0 ? x.numel() / N : 0;
+  const Shape rows{M, N}, features{N};
+
+  Tensor xc = x.detach().contiguous().view(rows);
+  Tensor w = optional_operand(weight, features), b = optional_operand(bias, features);
+  Tensor y = Tensor::empty(rows, x.dtype(), x.device());
+  Tensor save_mean = Tensor::empty({M}, x.dtype(), x.device());
+  Tensor save_rstd = Tensor::empty({M}, x.dtype(), x.device());
+  if (x.numel() > 0) x.device().backend().layer_norm_forward(xc, w, b, y, save_mean, save_rstd, eps);
+  Tensor out = y.view(x.shape());
+
+  if (any_requires_grad({&x, &weight, &bias})) {
+    SavedTensor sx(xc), sw(w), smean(save_mean), srstd(save_rstd);
+    const Shape x_shape = x.shape();
+    record(op, out, {x, weight, bias}, [=](const Tensor& g, const Node& n) {
+      // g, dx [M, N]; dweight, dbias [N] (returned in the caller's shapes)
+      Tensor saved_x = sx.get(op);
+      Tensor dx = grad_buffer_if_needed(n, 0, rows, saved_x);
+      Tensor dweight = grad_buffer_if_needed(n, 1, features, saved_x);
+      Tensor dbias = grad_buffer_if_needed(n, 2, features, saved_x);
+      if (saved_x.numel() > 0)
+        saved_x.device().backend().layer_norm_backward(g.contiguous().view(rows), saved_x, sw.get(op),
+                                                       smean.get(op), srstd.get(op), dx, dweight, dbias);
+      auto shaped = [](const Tensor& t, const Shape& s) { return t.defined() ? t.view(s) : t; };
+      return std::vector<Tensor>{shaped(dx, x_shape), shaped(dweight, normalized_shape),
+                                 shaped(dbias, normalized_shape)};
+    });
+  }
+  return out;
+}
+
+}  // namespace dp

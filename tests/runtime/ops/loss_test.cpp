@@ -1,0 +1,166 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "common/expect_error.h"
+#include "common/gradcheck.h"
+#include "common/reference.h"
+#include "runtime/ops/creation.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/loss.h"
+#include "runtime/ops/reduce.h"
+
+namespace dp {
+namespace {
+
+using testing::compare_float32_with_float64;
+using testing::gradcheck;
+using testing::noncontiguous_copy;
+using testing::random_input;
+
+class LossTest : public ::testing::Test {
+ protected:
+  CpuBackend backend{2};
+  Device cpu{&backend};
+  Generator gen{11};
+  Tensor in(const Shape& s, double lo = -2, double hi = 2) { return random_input(s, gen, cpu, lo, hi); }
+  Tensor targets(const std::vector<int64_t>& t) { return from_vector<int64_t>(t, {int64_t(t.size())}, cpu); }
+};
+
+const char* reduction_name(Reduction r) {
+  return r == Reduction::Mean ? "mean" : (r == Reduction::Sum ? "sum" : "none");
+}
+
+// ---- softmax / log_softmax -------------------------------------------------------------------
+
+TEST_F(LossTest, SoftmaxAndLogSoftmaxGradcheckAnyDim) {
+  using Fn = Tensor (*)(const Tensor&, int64_t);
+  for (Fn fn : {static_cast<Fn>(softmax), static_cast<Fn>(log_softmax)})
+    for (int64_t dim : {0, -1, 1}) {
+      SCOPED_TRACE((fn == static_cast<Fn>(softmax) ? "softmax dim " : "log_softmax dim ") + std::to_string(dim));
+      auto f = [fn, dim](const std::vector<Tensor>& v) { return fn(v[0], dim); };
+      EXPECT_GRADCHECK(gradcheck(f, {in({3, 4, 5})}));
+      EXPECT_GRADCHECK(gradcheck(f, {noncontiguous_copy(in({4, 5}))}));
+    }
+}
+
+TEST_F(LossTest, SoftmaxValuesStableForLargeInputs) {
+  Tensor x = from_vector<double>({1000, 1001, 1002, -1000, 0, 1000}, {2, 3}, cpu);
+  const std::vector<double> p = softmax(x, -1).to_vector<double>();
+  const double z = 1 + std::exp(-1.0) + std::exp(-2.0);
+  EXPECT_NEAR(p[2], 1 / z, 1e-15);
+  EXPECT_NEAR(p[0], std::exp(-2.0) / z, 1e-15);
+  EXPECT_NEAR(p[5], 1 / (1 + std::exp(-1000.0) + std::exp(-2000.0)), 1e-15);
+  const std::vector<double> lp = log_softmax(x, -1).to_vector<double>();
+  EXPECT_NEAR(lp[2], -std::log(z), 1e-12);
+  EXPECT_NEAR(lp[3], -2000.0, 1e-9);  // exp would underflow: log_softmax stays finite
+  // Over dim 0 each column sums to 1.
+  const std::vector<double> col = softmax(x, 0).to_vector<double>();
+  for (int j = 0; j < 3; ++j) EXPECT_NEAR(col[j] + col[3 + j], 1.0, 1e-15);
+}
+
+TEST_F(LossTest, SoftmaxFloat32MatchesFloat64Threaded) {
+  for (int64_t dim : {-1, 1}) {
+    auto fn = [dim](const std::vector<Tensor>& v) { return log_softmax(v[0], dim); };
+    EXPECT_EQ(compare_float32_with_float64(fn, {in({64, 32, 20}, -5, 5)}, 1e-5), "");
+    auto fs = [dim](const std::vector<Tensor>& v) { return softmax(v[0], dim); };
+    EXPECT_EQ(compare_float32_with_float64(fs, {in({64, 32, 20}, -5, 5)}, 1e-6), "");
+  }
+}
+
+// ---- cross_entropy ---------------------------------------------------------------------------
+
+TEST_F(LossTest, CrossEntropyGradcheckAllOptions) {
+  // Sample 2 is ignored (target -100).
+  Tensor target = targets({1, 0, -100, 3, 2});
+  for (Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None})
+    for (double smoothing : {0.0, 0.1})
+      for (bool noncontiguous : {false, true}) {
+        SCOPED_TRACE(std::string(reduction_name(reduction)) + " smoothing " + std::to_string(smoothing) +
+                     (noncontiguous ? " noncontiguous" : ""));
+        auto fn = [=](const std::vector<Tensor>& v) {
+          return cross_entropy(v[0], target, reduction, -100, smoothing);
+        };
+        Tensor logits = noncontiguous ? noncontiguous_copy(in({5, 4})) : in({5, 4});
+        EXPECT_GRADCHECK(gradcheck(fn, {logits}));
+      }
+}
+
+TEST_F(LossTest, CrossEntropyHandComputedValues) {
+  // Row 0: logits 1, 2, 3, target 2. Row 1: 0, 0, 0, target 0. Row 2: ignored.
+  Tensor logits = from_vector<double>({1, 2, 3, 0, 0, 0, 5, -5, 0}, {3, 3}, cpu);
+  Tensor target = targets({2, 0, 7});
+  const double lse0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)), lse1 = std::log(3.0);
+  const double nll0 = lse0 - 3, nll1 = lse1;
+  auto loss = [&](Reduction r, double eps) { return cross_entropy(logits, target, r, 7, eps); };
+
+  const std::vector<double> none = loss(Reduction::None, 0).to_vector<double>();
+  EXPECT_NEAR(none[0], nll0, 1e-14);
+  EXPECT_NEAR(none[1], nll1, 1e-14);
+  EXPECT_EQ(none[2], 0.0);
+  EXPECT_NEAR(loss(Reduction::Sum, 0).item<double>(), nll0 + nll1, 1e-14);
+  EXPECT_NEAR(loss(Reduction::Mean, 0).item<double>(), (nll0 + nll1) / 2, 1e-14);  // 2 counted samples
+
+  // Smoothing 0.3 over C = 3: (1-ε)·nll + ε·mean_c(-log p_c); -Σ_c log p_c = C·lse - Σ x.
+  const double eps = 0.3;
+  const double smooth0 = (1 - eps) * nll0 + eps * (3 * lse0 - 6) / 3, smooth1 = (1 - eps) * nll1 + eps * lse1;
+  EXPECT_NEAR(loss(Reduction::Mean, eps).item<double>(), (smooth0 + smooth1) / 2, 1e-14);
+  EXPECT_NEAR(loss(Reduction::Sum, eps).item<double>(), smooth0 + smooth1, 1e-14);
+}
+
+TEST_F(LossTest, CrossEntropyMeanWithEveryTargetIgnoredIsNaN) {
+  Tensor loss = cross_entropy(in({2, 3}), targets({-100, -100}));
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+}
+
+TEST_F(LossTest, CrossEntropyFloat32MatchesFloat64Threaded) {
+  // 4096 x 10: the threaded path (SmallCNN's 10 classes, a large batch).
+  std::vector<int64_t> t(4096);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = i % 17 == 0 ? -100 : static_cast<int64_t>(i * 7 % 10);
+  Tensor target = targets(t);
+  for (double smoothing : {0.0, 0.1}) {
+    auto fn = [=](const std::vector<Tensor>& v) {
+      return cross_entropy(v[0], target, Reduction::None, -100, smoothing);
+    };
+    EXPECT_EQ(compare_float32_with_float64(fn, {in({4096, 10}, -4, 4)}, 1e-5), "");
+  }
+}
+
+TEST_F(LossTest, CrossEntropyErrors) {
+  Tensor logits = in({3, 5});
+  EXPECT_ERROR_CONTAINS(cross_entropy(logits, targets({0, 5, 1})),
+                        "cross_entropy: target 5 (sample 1) is out of range for 5 classes");
+  EXPECT_ERROR_CONTAINS(cross_entropy(logits, targets({0, -1, 1})), "target -1 (sample 1)");
+  EXPECT_ERROR_CONTAINS(cross_entropy(logits, targets({0, 1, 2}).to(kFloat64)), "target must hold int64");
+  EXPECT_ERROR_CONTAINS(cross_entropy(logits, targets({0, 1})), "must be [N] for logits");
+  EXPECT_ERROR_CONTAINS(cross_entropy(in({3}), targets({0, 1, 2})), "expected logits [N, C]");
+  EXPECT_ERROR_CONTAINS(cross_entropy(logits, targets({0, 1, 2}), Reduction::Mean, -100, 1.5),
+                        "label_smoothing must be in [0, 1]");
+}
+
+// ---- PyTorch fixtures ------------------------------------------------------------------------
+
+#ifdef DPTRAIN_SOURCE_DIR
+TEST_F(LossTest, CrossEntropyMatchesPyTorch) {
+  const std::string dir = std::string(DPTRAIN_SOURCE_DIR) + "/tests/fixtures";
+  for (const char* name : {"cross_entropy_mean", "cross_entropy_sum", "cross_entropy_ignore_mean",
+                           "cross_entropy_smooth_mean", "cross_entropy_smooth_ignore_mean",
+                           "cross_entropy_smooth_ignore_sum"}) {
+    SCOPED_TRACE(name);
+    testing::Fixture f(dir, name);
+    const std::string reduction = f.option("reduction");
+    ASSERT_TRUE(reduction == "mean" || reduction == "sum") << reduction;
+    Tensor logits = f.tensor("logits", cpu);
+    logits.set_requires_grad(true);
+    Tensor loss = cross_entropy(logits, f.tensor("target", cpu), reduction == "mean" ? Reduction::Mean : Reduction::Sum,
+                                std::stoll(f.option("ignore_index")), f.option_double("label_smoothing"));
+    loss.backward(f.tensor("grad_out", cpu));
+    EXPECT_TENSOR_NEAR("loss", loss, f.tensor("loss", cpu), 1e-10);
+    EXPECT_TENSOR_NEAR("grad_logits", logits.grad(), f.tensor("grad_logits", cpu), 1e-10);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace dp

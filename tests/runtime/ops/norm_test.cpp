@@ -1,0 +1,260 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "common/expect_error.h"
+#include "common/gradcheck.h"
+#include "common/reference.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops/creation.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/norm.h"
+
+namespace dp {
+namespace {
+
+using testing::compare_float32_with_float64;
+using testing::gradcheck;
+using testing::noncontiguous_copy;
+using testing::random_input;
+
+constexpr double kEps = 1e-5, kMomentum = 0.1;
+
+class NormTest : public ::testing::Test {
+ protected:
+  CpuBackend backend{2};
+  Device cpu{&backend};
+  Generator gen{7};
+  Tensor in(const Shape& s, double lo = -1, double hi = 1) { return random_input(s, gen, cpu, lo, hi); }
+  Tensor constant(const Shape& s, double lo = -1, double hi = 1) { return rand(s, gen, kFloat64, cpu, lo, hi); }
+};
+
+std::string case_name(bool training, bool affine, const Shape& shape, bool noncontiguous) {
+  return std::string(training ? "train" : "eval") + (affine ? " affine " : " plain ") + shape_str(shape) +
+         (noncontiguous ? " noncontiguous" : "");
+}
+
+// ---- batch_norm ------------------------------------------------------------------------------
+
+TEST_F(NormTest, BatchNormGradcheckTrainEvalAffine2dAnd4dNoncontiguous) {
+  for (bool training : {true, false})
+    for (bool affine : {true, false})
+      for (const Shape& shape : {Shape{5, 3}, Shape{2, 3, 3, 2}})
+        for (bool noncontiguous : {false, true}) {
+          SCOPED_TRACE(case_name(training, affine, shape, noncontiguous));
+          Tensor running_mean = constant({3}, -0.5, 0.5), running_var = constant({3}, 0.5, 1.5);
+          Tensor x = in(shape);
+          std::vector<Tensor> inputs{noncontiguous ? noncontiguous_copy(x) : x};
+          if (affine) {
+            inputs.push_back(in({3}, 0.5, 1.5));
+            inputs.push_back(in({3}));
+          }
+          auto fn = [=](const std::vector<Tensor>& v) {
+            return batch_norm(v[0], affine ? v[1] : Tensor(), affine ? v[2] : Tensor(), running_mean, running_var,
+                              training, kMomentum, kEps);
+          };
+          EXPECT_GRADCHECK(gradcheck(fn, inputs));
+        }
+}
+
+TEST_F(NormTest, BatchNormParameterGradientsWithoutInputGradient) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "train" : "eval");
+    Tensor x = constant({4, 3, 2, 2}), running_mean = constant({3}), running_var = constant({3}, 0.5, 1.5);
+    auto fn = [=](const std::vector<Tensor>& v) {
+      return batch_norm(x, v[0], v[1], running_mean, running_var, training, kMomentum, kEps);
+    };
+    EXPECT_GRADCHECK(gradcheck(fn, {in({3}), in({3})}));
+  }
+}
+
+TEST_F(NormTest, BatchNormTrainingStepValuesAndRunningStats) {
+  // Channel 0: 1, 2, 3, 4 (mean 2.5, biased var 1.25, unbiased 5/3).
+  // Channel 1: 0, 0, 0, 8 (mean 2, biased var 12, unbiased 16).
+  Tensor x = from_vector<double>({1, 0, 2, 0, 3, 0, 4, 8}, {4, 2}, cpu);
+  x.set_requires_grad(true);
+  Tensor running_mean = from_vector<double>({0.5, -1}, {2}, cpu);
+  Tensor running_var = from_vector<double>({1, 2}, {2}, cpu);
+  const uint64_t mean_version = running_mean.version(), var_version = running_var.version();
+  Tensor y = batch_norm(x, Tensor(), Tensor(), running_mean, running_var, true, kMomentum, kEps);
+
+  const std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
+  EXPECT_NEAR(rm[0], 0.9 * 0.5 + 0.1 * 2.5, 1e-15);
+  EXPECT_NEAR(rm[1], 0.9 * -1 + 0.1 * 2.0, 1e-15);
+  EXPECT_NEAR(rv[0], 0.9 * 1 + 0.1 * (5.0 / 3.0), 1e-15);
+  EXPECT_NEAR(rv[1], 0.9 * 2 + 0.1 * 16.0, 1e-15);
+  EXPECT_EQ(running_mean.version(), mean_version + 1);
+  EXPECT_EQ(running_var.version(), var_version + 1);
+  EXPECT_FALSE(running_mean.requires_grad());
+  EXPECT_TRUE(running_mean.is_leaf());
+  EXPECT_NE(y.grad_fn(), nullptr);
+
+  const std::vector<double> out = y.to_vector<double>();
+  EXPECT_NEAR(out[0], (1 - 2.5) / std::sqrt(1.25 + kEps), 1e-12);
+  EXPECT_NEAR(out[7], (8 - 2.0) / std::sqrt(12 + kEps), 1e-12);
+
+  // Eval normalises with the running statistics and leaves them alone.
+  Tensor e = batch_norm(x, Tensor(), Tensor(), running_mean, running_var, false, kMomentum, kEps);
+  EXPECT_NEAR(e.to_vector<double>()[2], (2 - rm[0]) / std::sqrt(rv[0] + kEps), 1e-12);
+  EXPECT_EQ(running_mean.to_vector<double>(), rm);
+  EXPECT_EQ(running_mean.version(), mean_version + 1);
+}
+
+TEST_F(NormTest, BatchNormWithoutRunningStatsTrains) {
+  Tensor x = in({6, 2});
+  auto fn = [](const std::vector<Tensor>& v) {
+    return batch_norm(v[0], Tensor(), Tensor(), Tensor(), Tensor(), true, kMomentum, kEps);
+  };
+  EXPECT_GRADCHECK(gradcheck(fn, {x}));
+}
+
+// The variance stays exact when |mean| >> std (Σx² - (Σx)²/n would lose ~8 digits here).
+TEST_F(NormTest, BatchNormStatisticsExactForLargeMean) {
+  Tensor noise = constant({16, 2, 8}, -1e-2, 1e-2);
+  Tensor x = noise + 1e4;
+  Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, kMomentum, 0.0);
+  Tensor expected = batch_norm(noise, Tensor(), Tensor(), Tensor(), Tensor(), true, kMomentum, 0.0);
+  EXPECT_TENSOR_NEAR("large-mean output", y, expected, 1e-7);
+}
+
+// Big enough for the threaded path (> kParallelGrain elements); float32 against float64.
+TEST_F(NormTest, BatchNormFloat32MatchesFloat64Threaded) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "train" : "eval");
+    Tensor running_mean = constant({16}), running_var = constant({16}, 0.5, 1.5);
+    auto fn = [=](const std::vector<Tensor>& v) {
+      // Running stats cast to the input's dtype; a copy per call, so both runs see the same ones.
+      return batch_norm(v[0], v[1], v[2], running_mean.to(v[0].dtype()), running_var.to(v[0].dtype()), training,
+                        kMomentum, kEps);
+    };
+    Tensor x = in({8, 16, 16, 16}, -3, 5);
+    EXPECT_EQ(compare_float32_with_float64(fn, {x, in({16}), in({16})}, 2e-4), "");
+  }
+}
+
+TEST_F(NormTest, BatchNormErrors) {
+  Tensor x = constant({4, 3, 2}), stat = constant({3}, 0.5, 1.5);
+  EXPECT_ERROR_CONTAINS(batch_norm(constant({4}), Tensor(), Tensor(), Tensor(), Tensor(), true, kMomentum, kEps),
+                        "batch_norm: expected an input [N, C, *]");
+  EXPECT_ERROR_CONTAINS(batch_norm(x, constant({4}), Tensor(), stat, stat, true, kMomentum, kEps),
+                        "weight must have shape [3]");
+  EXPECT_ERROR_CONTAINS(batch_norm(x, constant({3}).to(kFloat32), Tensor(), stat, stat, true, kMomentum, kEps),
+                        "must have the input's dtype");
+  EXPECT_ERROR_CONTAINS(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false, kMomentum, kEps),
+                        "evaluation mode normalises with running_mean and running_var");
+  EXPECT_ERROR_CONTAINS(batch_norm(x, Tensor(), Tensor(), stat, Tensor(), true, kMomentum, kEps),
+                        "both running_mean and running_var");
+  EXPECT_ERROR_CONTAINS(batch_norm(constant({1, 3}), Tensor(), Tensor(), stat, stat.clone(), true, kMomentum, kEps),
+                        "more than 1 value per channel");
+  Tensor strided_stat = constant({3, 2}).select(1, 0);
+  EXPECT_ERROR_CONTAINS(batch_norm(x, Tensor(), Tensor(), strided_stat, stat, false, kMomentum, kEps),
+                        "running_mean must be a contiguous buffer");
+}
+
+// ---- layer_norm ------------------------------------------------------------------------------
+
+TEST_F(NormTest, LayerNormGradcheckOneAndTwoNormalizedDims) {
+  const std::pair<Shape, Shape> cases[] = {{{3, 5}, {5}}, {{2, 3, 4}, {3, 4}}};
+  for (const auto& [shape, normalized] : cases)
+    for (bool affine : {true, false})
+      for (bool noncontiguous : {false, true}) {
+        SCOPED_TRACE(case_name(true, affine, shape, noncontiguous) + " over " + shape_str(normalized));
+        Tensor x = in(shape);
+        std::vector<Tensor> inputs{noncontiguous ? noncontiguous_copy(x) : x};
+        if (affine) {
+          inputs.push_back(noncontiguous ? noncontiguous_copy(in(normalized)) : in(normalized));
+          inputs.push_back(in(normalized));
+        }
+        Shape ns = normalized;
+        auto fn = [ns, affine](const std::vector<Tensor>& v) {
+          return layer_norm(v[0], ns, affine ? v[1] : Tensor(), affine ? v[2] : Tensor(), kEps);
+        };
+        EXPECT_GRADCHECK(gradcheck(fn, inputs));
+      }
+}
+
+TEST_F(NormTest, LayerNormParameterGradientsWithoutInputGradient) {
+  Tensor x = constant({4, 6});
+  auto fn = [x](const std::vector<Tensor>& v) { return layer_norm(x, {6}, v[0], v[1], kEps); };
+  EXPECT_GRADCHECK(gradcheck(fn, {in({6}), in({6})}));
+}
+
+TEST_F(NormTest, LayerNormValues) {
+  Tensor x = from_vector<double>({1, 2, 3, 4, 10, 10, 10, 13}, {2, 4}, cpu);
+  const std::vector<double> y = layer_norm(x, {4}, Tensor(), Tensor(), kEps).to_vector<double>();
+  EXPECT_NEAR(y[0], (1 - 2.5) / std::sqrt(1.25 + kEps), 1e-12);
+  // Row 2: mean 10.75, variance (3·0.5625 + 5.0625)/4 = 1.6875.
+  EXPECT_NEAR(y[7], (13 - 10.75) / std::sqrt(1.6875 + kEps), 1e-12);
+}
+
+TEST_F(NormTest, LayerNormFloat32MatchesFloat64Threaded) {
+  auto fn = [](const std::vector<Tensor>& v) { return layer_norm(v[0], {256}, v[1], v[2], kEps); };
+  EXPECT_EQ(compare_float32_with_float64(fn, {in({4, 64, 256}, -2, 3), in({256}), in({256})}, 2e-4), "");
+}
+
+TEST_F(NormTest, LayerNormErrors) {
+  Tensor x = constant({2, 3, 4});
+  EXPECT_ERROR_CONTAINS(layer_norm(x, {3}, Tensor(), Tensor(), kEps),
+                        "layer_norm: normalized_shape [3] must match the trailing dims of input");
+  EXPECT_ERROR_CONTAINS(layer_norm(x, {2, 3, 4, 5}, Tensor(), Tensor(), kEps), "must match the trailing dims");
+  EXPECT_ERROR_CONTAINS(layer_norm(x, {3, 4}, constant({4}), Tensor(), kEps), "weight must have shape [3, 4]");
+}
+
+// ---- PyTorch fixtures ------------------------------------------------------------------------
+
+#ifdef DPTRAIN_SOURCE_DIR
+const std::string kFixtureDir = std::string(DPTRAIN_SOURCE_DIR) + "/tests/fixtures";
+constexpr double kTorchTol = 1e-10;
+
+TEST_F(NormTest, BatchNormMatchesPyTorch) {
+  for (const char* name : {"batch_norm_train", "batch_norm_eval"}) {
+    SCOPED_TRACE(name);
+    testing::Fixture f(kFixtureDir, name);
+    const bool training = f.option("training") == "true";
+    Tensor x = f.tensor("x", cpu), weight = f.tensor("weight", cpu), bias = f.tensor("bias", cpu);
+    for (Tensor* t : {&x, &weight, &bias}) t->set_requires_grad(true);
+    Tensor running_mean = f.tensor("running_mean", cpu), running_var = f.tensor("running_var", cpu);
+    Tensor y = batch_norm(x, weight, bias, running_mean, running_var, training, f.option_double("momentum"),
+                          f.option_double("eps"));
+    y.backward(f.tensor("grad_out", cpu));
+    EXPECT_TENSOR_NEAR("out", y, f.tensor("out", cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("grad_x", x.grad(), f.tensor("grad_x", cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("grad_weight", weight.grad(), f.tensor("grad_weight", cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("grad_bias", bias.grad(), f.tensor("grad_bias", cpu), kTorchTol);
+    const char* mean_after = training ? "running_mean_updated" : "running_mean";
+    const char* var_after = training ? "running_var_updated" : "running_var";
+    EXPECT_TENSOR_NEAR("running_mean", running_mean, f.tensor(mean_after, cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("running_var", running_var, f.tensor(var_after, cpu), kTorchTol);
+  }
+}
+
+Shape parse_shape(const std::string& s) {
+  Shape shape;
+  for (size_t pos = 0; pos < s.size();) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    shape.push_back(std::stoll(s.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return shape;
+}
+
+TEST_F(NormTest, LayerNormMatchesPyTorch) {
+  for (const char* name : {"layer_norm_last1", "layer_norm_last2"}) {
+    SCOPED_TRACE(name);
+    testing::Fixture f(kFixtureDir, name);
+    Tensor x = f.tensor("x", cpu), weight = f.tensor("weight", cpu), bias = f.tensor("bias", cpu);
+    for (Tensor* t : {&x, &weight, &bias}) t->set_requires_grad(true);
+    Tensor y = layer_norm(x, parse_shape(f.option("normalized_shape")), weight, bias, f.option_double("eps"));
+    y.backward(f.tensor("grad_out", cpu));
+    EXPECT_TENSOR_NEAR("out", y, f.tensor("out", cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("grad_x", x.grad(), f.tensor("grad_x", cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("grad_weight", weight.grad(), f.tensor("grad_weight", cpu), kTorchTol);
+    EXPECT_TENSOR_NEAR("grad_bias", bias.grad(), f.tensor("grad_bias", cpu), kTorchTol);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace dp
