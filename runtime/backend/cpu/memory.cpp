@@ -27,15 +27,58 @@ void CpuBackend::set_num_threads(int n) {
   openblas_set_num_threads(n);  // GEMM runs on the same number of threads as our kernels
 }
 
-void* CpuBackend::allocate(size_t nbytes) {
+size_t CpuBlockCache::rounded(size_t nbytes) {
+  constexpr size_t kMiB = size_t(1) << 20;
+  const size_t unit = nbytes > kMiB ? 64 * 1024 : 256;
+  return (nbytes + unit - 1) / unit * unit;
+}
+
+void* CpuBlockCache::allocate(size_t nbytes) {
+  const size_t size = rounded(nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= size;
+      return p;
+    }
+  }
   // 64-byte alignment: one cache line, and aligned AVX-512 loads.
-  size_t rounded = (nbytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
+  void* p = std::aligned_alloc(64, size);
+  if (!p) {  // give the cache back and try once more before failing
+    release_cached();
+    p = std::aligned_alloc(64, size);
+  }
   DP_CHECK(p != nullptr, "CPU backend: out of memory allocating ", nbytes, " bytes");
   return p;
 }
 
-void CpuBackend::deallocate(void* ptr, size_t) { std::free(ptr); }
+void CpuBlockCache::deallocate(void* ptr, size_t nbytes) {
+  const size_t size = rounded(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_[size].push_back(ptr);
+  cached_bytes_ += size;
+}
+
+void CpuBlockCache::release_cached() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, blocks] : free_)
+    for (void* p : blocks) std::free(p);
+  free_.clear();
+  cached_bytes_ = 0;
+}
+
+size_t CpuBlockCache::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_bytes_;
+}
+
+CpuBlockCache::~CpuBlockCache() { release_cached(); }
+
+void* CpuBackend::allocate(size_t nbytes) { return cache_.allocate(nbytes); }
+void CpuBackend::deallocate(void* ptr, size_t nbytes) { cache_.deallocate(ptr, nbytes); }
 
 void CpuBackend::copy_from_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }
 void CpuBackend::copy_to_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }

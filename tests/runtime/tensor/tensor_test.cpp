@@ -140,3 +140,28 @@ TEST_F(TensorTest, ReductionsOverDims) {
 
 }  // namespace
 }  // namespace dp
+
+namespace dp {
+namespace {
+
+TEST(CpuAllocator, ReusesFreedBlocksOfTheSameSize) {
+  CpuBackend backend(1);
+  Device cpu(&backend);
+  void* first;
+  {
+    Tensor t = empty({1000, 1000}, kFloat32, cpu);
+    first = t.raw_data();
+  }
+  EXPECT_GE(backend.cached_bytes(), 4000000u);
+  Tensor again = empty({1000, 1000}, kFloat32, cpu);
+  EXPECT_EQ(again.raw_data(), first);
+  EXPECT_EQ(backend.cached_bytes(), 0u);
+  Tensor other = empty({10}, kFloat32, cpu);
+  EXPECT_NE(other.raw_data(), first);
+  other = Tensor();
+  backend.release_cached();
+  EXPECT_EQ(backend.cached_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace dp
