@@ -1,13 +1,199 @@
-// PENDING: kernels of this family are being written (see backend.h for the contract).
+// Pooling on the CPU, NCHW contiguous; every (n, c) plane is independent, so planes are spread
+// over the threads.
+#include <algorithm>
+#include <limits>
+
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_dispatch.h"
 
 namespace dp {
 
-void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) { unsupported("max_pool2d_forward"); }
-void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) { unsupported("max_pool2d_backward"); }
-void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) { unsupported("avg_pool2d_forward"); }
-void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) { unsupported("avg_pool2d_backward"); }
-void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) { unsupported("adaptive_avg_pool2d_forward"); }
-void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) { unsupported("adaptive_avg_pool2d_backward"); }
+using namespace cpu;
+
+namespace {
+
+struct Planes {
+  int64_t count, H, W, OH, OW;
+  Planes(const Tensor& x, const Tensor& y)
+      : count(x.size(0) * x.size(1)), H(x.size(2)), W(x.size(3)), OH(y.size(2)), OW(y.size(3)) {}
+};
+
+// Window [start, end) of output index o for adaptive pooling (PyTorch's bounds).
+inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
+// Divisor of an average-pool window, as PyTorch computes it (ceil_mode off).
+inline int64_t avg_divisor(int64_t h0, int64_t w0, const Pool2dParams& p, int64_t H, int64_t W) {
+  if (p.count_include_pad) {
+    const int64_t h1 = std::min(h0 + p.kernel_h, H + p.pad_h), w1 = std::min(w0 + p.kernel_w, W + p.pad_w);
+    return (h1 - h0) * (w1 - w0);
+  }
+  const int64_t hs = std::max<int64_t>(h0, 0), ws = std::max<int64_t>(w0, 0);
+  const int64_t he = std::min(h0 + p.kernel_h, H), we = std::min(w0 + p.kernel_w, W);
+  return std::max<int64_t>((he - hs) * (we - ws), 1);
+}
+
+}  // namespace
+
+// x [N, C, H, W] → y [N, C, OH, OW], indices int32 (h * W + w within the plane)
+void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
+  const Planes s(x, y);
+  int32_t* ip = indices.data<int32_t>();
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    const bool fast_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+                          p.pad_h == 0 && p.pad_w == 0;
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    for (int64_t plane = 0; plane < s.count; ++plane) {
+      const T* in = xp + plane * s.H * s.W;
+      T* out = yp + plane * s.OH * s.OW;
+      int32_t* idx = ip + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          T best;
+          int64_t best_i;
+          if (fast_2x2) {
+            const int64_t i0 = 2 * oh * s.W + 2 * ow, i1 = i0 + s.W;
+            best = in[i0];
+            best_i = i0;
+            // Strict '>' keeps the first maximum in scan order, as PyTorch; NaN wins.
+            if (in[i0 + 1] > best || in[i0 + 1] != in[i0 + 1]) { best = in[i0 + 1]; best_i = i0 + 1; }
+            if (in[i1] > best || in[i1] != in[i1]) { best = in[i1]; best_i = i1; }
+            if (in[i1 + 1] > best || in[i1 + 1] != in[i1 + 1]) { best = in[i1 + 1]; best_i = i1 + 1; }
+          } else {
+            best = -std::numeric_limits<T>::infinity();
+            best_i = -1;
+            const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+            for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h) {
+              for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w) {
+                const T v = in[h * s.W + w];
+                if (best_i < 0 || v > best || v != v) {
+                  best = v;
+                  best_i = h * s.W + w;
+                }
+              }
+            }
+          }
+          out[oh * s.OW + ow] = best;
+          idx[oh * s.OW + ow] = static_cast<int32_t>(best_i);
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+  const Planes s(dx, dy);
+  const int32_t* ip = indices.data<int32_t>();
+  dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    for (int64_t plane = 0; plane < s.count; ++plane) {
+      T* out = dxp + plane * s.H * s.W;
+      std::fill(out, out + s.H * s.W, T(0));
+      const T* g = gp + plane * s.OH * s.OW;
+      const int32_t* idx = ip + plane * s.OH * s.OW;
+      for (int64_t o = 0; o < s.OH * s.OW; ++o) out[idx[o]] += g[o];
+    }
+  });
+}
+
+void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  const Planes s(x, y);
+  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    for (int64_t plane = 0; plane < s.count; ++plane) {
+      const T* in = xp + plane * s.H * s.W;
+      T* out = yp + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+          T sum = 0;
+          for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
+            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w) sum += in[h * s.W + w];
+          out[oh * s.OW + ow] = sum / static_cast<T>(avg_divisor(h0, w0, p, s.H, s.W));
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
+  const Planes s(dx, dy);
+  dispatch_floating(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    for (int64_t plane = 0; plane < s.count; ++plane) {
+      T* out = dxp + plane * s.H * s.W;
+      std::fill(out, out + s.H * s.W, T(0));
+      const T* g = gp + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+          const T share = g[oh * s.OW + ow] / static_cast<T>(avg_divisor(h0, w0, p, s.H, s.W));
+          for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
+            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w) out[h * s.W + w] += share;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) {
+  const Planes s(x, y);
+  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    for (int64_t plane = 0; plane < s.count; ++plane) {
+      const T* in = xp + plane * s.H * s.W;
+      T* out = yp + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
+          T sum = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) sum += in[h * s.W + w];
+          out[oh * s.OW + ow] = sum / static_cast<T>((h1 - h0) * (w1 - w0));
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
+  const Planes s(dx, dy);
+  dispatch_floating(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    for (int64_t plane = 0; plane < s.count; ++plane) {
+      T* out = dxp + plane * s.H * s.W;
+      std::fill(out, out + s.H * s.W, T(0));
+      const T* g = gp + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
+          const T share = g[oh * s.OW + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) out[h * s.W + w] += share;
+        }
+      }
+    }
+  });
+}
 
 }  // namespace dp

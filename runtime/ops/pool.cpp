@@ -1,0 +1,73 @@
+#include "runtime/ops/pool.h"
+
+#include "runtime/autograd/node.h"
+
+namespace dp {
+
+namespace {
+
+void check_input(const char* op, const Tensor& x) {
+  DP_CHECK(x.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got ", x.str());
+  check_floating(op, x);
+}
+
+Shape pooled_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
+  DP_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1, op,
+           ": kernel and stride must be ≥ 1");
+  DP_CHECK(p.pad_h >= 0 && p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w, op,
+           ": padding must be ≥ 0 and at most half the kernel (got pad ", p.pad_h, "x", p.pad_w, " for kernel ",
+           p.kernel_h, "x", p.kernel_w, ")");
+  DP_CHECK(x.size(2) + 2 * p.pad_h >= p.kernel_h && x.size(3) + 2 * p.pad_w >= p.kernel_w, op, ": input ", x.str(), " is smaller than the kernel ", p.kernel_h, "x", p.kernel_w);
+  const int64_t OH = (x.size(2) + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1;
+  const int64_t OW = (x.size(3) + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1;
+  return {x.size(0), x.size(1), OH, OW};
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
+  check_input("max_pool2d", x_in);
+  Tensor x = x_in.detach().contiguous();
+  const Shape out_shape = pooled_shape("max_pool2d", x, p);
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor indices = Tensor::empty(out_shape, kInt32, x.device());
+  x.device().backend().max_pool2d_forward(x, y, indices, p);
+  const Shape x_shape = x.shape();
+  record("max_pool2d", y, {x_in}, [indices, x_shape](const Tensor& g, const Node&) {
+    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
+    g.device().backend().max_pool2d_backward(g.contiguous(), indices, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
+  check_input("avg_pool2d", x_in);
+  Tensor x = x_in.detach().contiguous();
+  Tensor y = Tensor::empty(pooled_shape("avg_pool2d", x, p), x.dtype(), x.device());
+  x.device().backend().avg_pool2d_forward(x, y, p);
+  const Shape x_shape = x.shape();
+  record("avg_pool2d", y, {x_in}, [x_shape, p](const Tensor& g, const Node&) {
+    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
+    g.device().backend().avg_pool2d_backward(g.contiguous(), dx, p);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
+  check_input("adaptive_avg_pool2d", x_in);
+  DP_CHECK(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size must be ≥ 1, got ", out_h, "x", out_w);
+  Tensor x = x_in.detach().contiguous();
+  Tensor y = Tensor::empty({x.size(0), x.size(1), out_h, out_w}, x.dtype(), x.device());
+  x.device().backend().adaptive_avg_pool2d_forward(x, y);
+  const Shape x_shape = x.shape();
+  record("adaptive_avg_pool2d", y, {x_in}, [x_shape](const Tensor& g, const Node&) {
+    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
+    g.device().backend().adaptive_avg_pool2d_backward(g.contiguous(), dx);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+}  // namespace dp
