@@ -45,39 +45,57 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tens
     T* yp = y.data<T>();
     const bool fast_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
                           p.pad_h == 0 && p.pad_w == 0;
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
+    // Locals, not members read through references: the compiler can then keep them in registers
+    // (the stores to out/idx could otherwise alias them).
+    const int64_t H = s.H, W = s.W, OH = s.OH, OW = s.OW;
+    const Pool2dParams q = p;
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * H * W > kParallelGrain)
     for (int64_t plane = 0; plane < s.count; ++plane) {
-      const T* in = xp + plane * s.H * s.W;
-      T* out = yp + plane * s.OH * s.OW;
-      int32_t* idx = ip + plane * s.OH * s.OW;
-      for (int64_t oh = 0; oh < s.OH; ++oh) {
-        for (int64_t ow = 0; ow < s.OW; ++ow) {
-          T best;
-          int64_t best_i;
-          if (fast_2x2) {
-            const int64_t i0 = 2 * oh * s.W + 2 * ow, i1 = i0 + s.W;
-            best = in[i0];
-            best_i = i0;
-            // Strict '>' keeps the first maximum in scan order, as PyTorch; NaN wins.
-            if (in[i0 + 1] > best || in[i0 + 1] != in[i0 + 1]) { best = in[i0 + 1]; best_i = i0 + 1; }
-            if (in[i1] > best || in[i1] != in[i1]) { best = in[i1]; best_i = i1; }
-            if (in[i1 + 1] > best || in[i1 + 1] != in[i1 + 1]) { best = in[i1 + 1]; best_i = i1 + 1; }
-          } else {
-            best = -std::numeric_limits<T>::infinity();
-            best_i = -1;
-            const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
-            for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h) {
-              for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w) {
-                const T v = in[h * s.W + w];
-                if (best_i < 0 || v > best || v != v) {
-                  best = v;
-                  best_i = h * s.W + w;
-                }
+      const T* in = xp + plane * H * W;
+      T* out = yp + plane * OH * OW;
+      int32_t* idx = ip + plane * OH * OW;
+      if (fast_2x2) {
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          const T* r0 = in + 2 * oh * W;
+          const T* r1 = r0 + W;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            // Strict '>' keeps the first maximum in scan order, as PyTorch; NaN wins. Written as
+            // selects, not branches: on real activations the comparisons are unpredictable.
+            const int32_t i0 = static_cast<int32_t>(2 * oh * W + 2 * ow), i2 = i0 + static_cast<int32_t>(W);
+            T best = r0[2 * ow];
+            int32_t best_i = i0;
+            const T c1 = r0[2 * ow + 1], c2 = r1[2 * ow], c3 = r1[2 * ow + 1];
+            bool take = c1 > best || c1 != c1;
+            best = take ? c1 : best;
+            best_i = take ? i0 + 1 : best_i;
+            take = c2 > best || c2 != c2;
+            best = take ? c2 : best;
+            best_i = take ? i2 : best_i;
+            take = c3 > best || c3 != c3;
+            best = take ? c3 : best;
+            best_i = take ? i2 + 1 : best_i;
+            out[oh * OW + ow] = best;
+            idx[oh * OW + ow] = best_i;
+          }
+        }
+        continue;
+      }
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t best_i = -1;
+          const int64_t h0 = oh * q.stride_h - q.pad_h, w0 = ow * q.stride_w - q.pad_w;
+          for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + q.kernel_h, H); ++h) {
+            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + q.kernel_w, W); ++w) {
+              const T v = in[h * W + w];
+              if (best_i < 0 || v > best || v != v) {
+                best = v;
+                best_i = h * W + w;
               }
             }
           }
-          out[oh * s.OW + ow] = best;
-          idx[oh * s.OW + ow] = static_cast<int32_t>(best_i);
+          out[oh * OW + ow] = best;
+          idx[oh * OW + ow] = static_cast<int32_t>(best_i);
         }
       }
     }
