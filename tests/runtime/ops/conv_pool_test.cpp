@@ -41,7 +41,7 @@ Conv2dParams conv_params(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t
 
 Pool2dParams pool_params(int64_t k, int64_t s, int64_t pad) { return Pool2dParams{k, k, s, s, pad, pad, true}; }
 
-class ConvPoolTest : public ::testing::Test {
+class ConvPoolOpsTest : public ::testing::Test {
  protected:
   CpuBackend backend{2};
   Device cpu{&backend};
@@ -57,7 +57,7 @@ class ConvPoolTest : public ::testing::Test {
   }
 };
 
-TEST_F(ConvPoolTest, Conv2dGradients) {
+TEST_F(ConvPoolOpsTest, Conv2dGradients) {
   struct Case { Shape x, w; bool bias; Conv2dParams p; };
   const Case cases[] = {
       {{2, 3, 5, 4}, {4, 3, 3, 3}, true, conv_params(1, 1, 1, 1)},
@@ -75,7 +75,7 @@ TEST_F(ConvPoolTest, Conv2dGradients) {
   EXPECT_GRADCHECK(gradcheck(fn, {noncontiguous_copy(in({2, 3, 4, 4})), in({2, 3, 3, 3}), in({2})}));
 }
 
-TEST_F(ConvPoolTest, Conv2dSkipsInputGradientWhenNotNeeded) {
+TEST_F(ConvPoolOpsTest, Conv2dSkipsInputGradientWhenNotNeeded) {
   Tensor x = randn({2, 1, 6, 6}, gen, kFloat64, cpu);  // data: no gradient
   Tensor w = in({3, 1, 3, 3});
   Tensor y = conv2d(x, w, Tensor(), conv_params(1, 1, 1, 1));
@@ -84,13 +84,13 @@ TEST_F(ConvPoolTest, Conv2dSkipsInputGradientWhenNotNeeded) {
   EXPECT_TRUE(y.grad_fn()->needs_input_grad(1));
 }
 
-TEST_F(ConvPoolTest, Conv2dFloat32MatchesFloat64OnALargeBatch) {
+TEST_F(ConvPoolOpsTest, Conv2dFloat32MatchesFloat64OnALargeBatch) {
   // Enough images for both threads; exercises the per-thread partial weight gradients.
   auto fn = [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], conv_params(1, 1, 1, 1)); };
   EXPECT_TRUE(compare_float32_with_float64(fn, {in({16, 8, 12, 12}), in({16, 8, 3, 3}), in({16})}, 2e-4).empty());
 }
 
-TEST_F(ConvPoolTest, PoolingGradients) {
+TEST_F(ConvPoolOpsTest, PoolingGradients) {
   auto mp = [](Pool2dParams p) { return [p](const std::vector<Tensor>& v) { return max_pool2d(v[0], p); }; };
   EXPECT_GRADCHECK(gradcheck(mp(pool_params(2, 2, 0)), {distinct({2, 3, 6, 6})}));
   EXPECT_GRADCHECK(gradcheck(mp(pool_params(3, 2, 1)), {distinct({2, 2, 7, 5})}));
@@ -103,7 +103,7 @@ TEST_F(ConvPoolTest, PoolingGradients) {
   }
 }
 
-TEST_F(ConvPoolTest, Conv2dMatchesPyTorch) {
+TEST_F(ConvPoolOpsTest, Conv2dMatchesPyTorch) {
   for (const char* name : {"conv2d_basic", "conv2d_stride2_dilation2", "conv2d_groups2", "conv2d_1x1",
                            "conv2d_basic_f32", "conv2d_stride2_dilation2_f32", "conv2d_groups2_f32", "conv2d_1x1_f32"}) {
     SCOPED_TRACE(name);
@@ -127,7 +127,7 @@ TEST_F(ConvPoolTest, Conv2dMatchesPyTorch) {
   }
 }
 
-TEST_F(ConvPoolTest, PoolingMatchesPyTorch) {
+TEST_F(ConvPoolOpsTest, PoolingMatchesPyTorch) {
   for (const char* name : {"max_pool2d_k2s2", "max_pool2d_k3s2p1", "avg_pool2d_k3s2p1", "adaptive_avg_pool2d_1x1",
                            "adaptive_avg_pool2d_2x3"}) {
     SCOPED_TRACE(name);
@@ -151,7 +151,7 @@ TEST_F(ConvPoolTest, PoolingMatchesPyTorch) {
   }
 }
 
-TEST_F(ConvPoolTest, ClearErrors) {
+TEST_F(ConvPoolOpsTest, ClearErrors) {
   Tensor x = zeros({2, 3, 5, 5}, kFloat32, cpu);
   EXPECT_ERROR_CONTAINS(conv2d(zeros({3, 5, 5}, kFloat32, cpu), zeros({4, 3, 3, 3}, kFloat32, cpu), Tensor(), {}),
                         "conv2d: expected a 4-D input");
