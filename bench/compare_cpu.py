@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Runs dptrain's and PyTorch's CPU benchmarks back to back (same machine, same run) and prints
+the ratios as a Markdown table: dptrain time / PyTorch time (lower is better; goal ≤ 0.75) and
+GEMM throughput as a fraction of OpenBLAS through PyTorch.
+
+  python3 bench/compare_cpu.py [--build build] [--threads 2] [--iters 20] [--rounds 3]
+
+Rounds alternate the two programs so drift on a shared machine hits both alike; the table
+reports the median over rounds of each side's median step time.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+
+    torch_env = dict(os.environ)
+    torch_env.pop("OPENBLAS_CORETYPE", None)
+    torch_env.pop("OPENBLAS_L2_SIZE", None)
+    torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"), "--threads", str(args.threads),
+                 "--iters", str(args.iters)]
+    ours_cmd = [os.path.join(args.build, "bench", "train_step_bench"), "--threads", str(args.threads),
+                "--iters", str(args.iters)]
+    gemm_cmd = [os.path.join(args.build, "bench", "gemm_bench"), "--threads", str(args.threads)]
+
+    torch_ms, ours_ms, torch_gemm, ours_gemm = {}, {}, [], {}
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+        for rec in run_json(torch_cmd, torch_env):
+            if rec["name"].startswith("sgemm"):
+                torch_gemm.append(rec["gflops"])
+            else:
+                torch_ms.setdefault(rec["name"], []).append(rec["median_ms"])
+        for rec in run_json(ours_cmd):
+            ours_ms.setdefault(rec["name"], []).append(rec["median_ms"])
+        for rec in run_json(gemm_cmd):
+            ours_gemm.setdefault(rec["name"], []).append(rec["gflops"])
+
+    print(f"| case ({args.threads} threads) | dptrain ms | PyTorch 1.13 ms | ratio |")
+    print("|---|---|---|---|")
+    for name in torch_ms:
+        if name not in ours_ms:
+            continue
+        o, t = statistics.median(ours_ms[name]), statistics.median(torch_ms[name])
+        print(f"| {name} | {o:.1f} | {t:.1f} | {o / t:.2f} |")
+    tg = statistics.median(torch_gemm) if torch_gemm else float("nan")
+    for name, values in ours_gemm.items():
+        g = statistics.median(values)
+        print(f"| {name} GFLOP/s | {g:.0f} | {tg:.0f} (torch.mm) | {g / tg:.2f} of OpenBLAS |")
+
+
+if __name__ == "__main__":
+    main()

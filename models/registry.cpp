@@ -1,0 +1,30 @@
+#include "models/registry.h"
+
+#include "models/mlp.h"
+#include "models/resnet.h"
+#include "models/small_cnn.h"
+
+namespace dp {
+
+const std::vector<std::string>& known_models() {
+  static const std::vector<std::string> names = {"small_cnn", "mlp", "resnet18"};
+  return names;
+}
+
+std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen) {
+  DP_CHECK(spec.num_classes > 0 && spec.in_channels > 0 && spec.image_size > 0, "build_model '", spec.name,
+           "': num_classes, in_channels and image_size must be positive, got ", spec.num_classes, ", ",
+           spec.in_channels, ", ", spec.image_size);
+  DP_CHECK(spec.dropout == 0.0 || spec.name == "mlp", "build_model '", spec.name,
+           "': dropout is only supported by the mlp model (got dropout=", spec.dropout, ")");
+  if (spec.name == "small_cnn") return std::make_shared<SmallCNN>(spec.in_channels, spec.num_classes, device, gen, spec.image_size);
+  if (spec.name == "mlp")
+    return std::make_shared<MLP>(spec.in_channels * spec.image_size * spec.image_size, spec.mlp_hidden,
+                                 spec.num_classes, spec.dropout, device, gen);
+  if (spec.name == "resnet18") return resnet18(spec.num_classes, spec.in_channels, device, gen);
+  std::string known;
+  for (const std::string& n : known_models()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown model '" + spec.name + "'; known models: " + known);
+}
+
+}  // namespace dp

@@ -1,0 +1,30 @@
+// Builds a model by name from a ModelSpec (what the config's `model:` section describes).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/nn/module.h"
+#include "runtime/tensor/generator.h"
+
+namespace dp {
+
+struct ModelSpec {
+  std::string name = "small_cnn";            // small_cnn | mlp | resnet18
+  int64_t num_classes = 10;
+  int64_t in_channels = 1;                   // 1 for Fashion-MNIST
+  int64_t image_size = 28;                   // square inputs; small_cnn and mlp size their layers by it
+  std::vector<int64_t> mlp_hidden = {1024, 1024};  // mlp only
+  double dropout = 0.0;                      // mlp only
+};
+
+// The names build_model knows, in the order they are listed in errors.
+const std::vector<std::string>& known_models();
+
+// Builds the model on `device`, initialised from `gen`. With an mlp and dropout > 0, the
+// Dropout modules draw their masks from `gen`, which must then outlive the model. An unknown
+// name throws dp::Error listing the known ones.
+std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen);
+
+}  // namespace dp

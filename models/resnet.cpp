@@ -1,0 +1,82 @@
+#include "models/resnet.h"
+
+#include <string>
+
+#include "runtime/nn/init.h"
+#include "runtime/ops/elementwise.h"
+
+namespace dp {
+
+namespace {
+// torchvision's conv3x3 / conv1x1 helpers: bias-free, padding keeps the size at stride 1.
+std::shared_ptr<nn::Conv2d> conv_no_bias(int64_t in, int64_t out, int64_t kernel, int64_t stride, Device device,
+                                         Generator& gen) {
+  return std::make_shared<nn::Conv2d>(in, out, kernel, device, gen,
+                                      nn::Conv2dOptions{.stride = stride, .padding = kernel / 2, .bias = false});
+}
+}  // namespace
+
+BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Device device, Generator& gen) {
+  conv1 = register_module("conv1", conv_no_bias(in_planes, planes, 3, stride, device, gen));
+  bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes, device));
+  relu = register_module("relu", std::make_shared<nn::ReLU>());
+  conv2 = register_module("conv2", conv_no_bias(planes, planes, 3, 1, device, gen));
+  bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes, device));
+  if (stride != 1 || in_planes != planes) {
+    downsample = register_module(
+        "downsample", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+                          conv_no_bias(in_planes, planes, 1, stride, device, gen),
+                          std::make_shared<nn::BatchNorm2d>(planes, device),
+                      }));
+  }
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  // x [N, in, H, W] → out [N, planes, H/s, W/s]; the shortcut matches out's shape
+  Tensor out = relu->forward(bn1->forward(conv1->forward(x)));
+  out = bn2->forward(conv2->forward(out));
+  const Tensor shortcut = downsample ? downsample->forward(x) : x;
+  return relu->forward(add(out, shortcut));
+}
+
+ResNet::ResNet(const std::array<int64_t, 4>& blocks_per_layer, int64_t num_classes, int64_t in_channels,
+               Device device, Generator& gen) {
+  DP_CHECK(in_channels > 0 && num_classes > 0, "resnet: in_channels and num_classes must be positive, got ",
+           in_channels, " and ", num_classes);
+  conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(
+                                       in_channels, 64, 7, device, gen,
+                                       nn::Conv2dOptions{.stride = 2, .padding = 3, .bias = false}));
+  bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(64, device));
+  relu = register_module("relu", std::make_shared<nn::ReLU>());
+  maxpool = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
+  int64_t in_planes = 64;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const int64_t planes = 64 << l, first_stride = l == 0 ? 1 : 2;
+    auto layer = std::make_shared<nn::Sequential>();
+    for (int64_t b = 0; b < blocks_per_layer[l]; ++b) {
+      layer->push_back(std::make_shared<BasicBlock>(in_planes, planes, b == 0 ? first_stride : 1, device, gen));
+      in_planes = planes;
+    }
+    layers[l] = register_module("layer" + std::to_string(l + 1), layer);
+  }
+  avgpool = register_module("avgpool", std::make_shared<nn::AdaptiveAvgPool2d>(1, 1));
+  fc = register_module("fc", std::make_shared<nn::Linear>(512, num_classes, device, gen));
+
+  // torchvision re-initialises every conv after construction; BN already starts at 1 / 0.
+  for (auto& [name, module] : named_modules())
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(module))
+      nn::init::kaiming_normal_(conv->weight, gen, 0.0, nn::init::FanMode::FanOut, nn::init::Nonlinearity::ReLU);
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  // x [N, C, H, W] → stem [N, 64, H/4, W/4] → layer4 [N, 512, H/32, W/32] → pooled [N, 512] → [N, classes]
+  Tensor h = maxpool->forward(relu->forward(bn1->forward(conv1->forward(x))));
+  for (const std::shared_ptr<nn::Sequential>& layer : layers) h = layer->forward(h);
+  return fc->forward(avgpool->forward(h).flatten(1));
+}
+
+std::shared_ptr<ResNet> resnet18(int64_t num_classes, int64_t in_channels, Device device, Generator& gen) {
+  return std::make_shared<ResNet>(std::array<int64_t, 4>{2, 2, 2, 2}, num_classes, in_channels, device, gen);
+}
+
+}  // namespace dp

@@ -1,0 +1,61 @@
+#include "optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "runtime/core/error.h"
+
+namespace dp {
+
+LrSchedule::LrSchedule(const LrScheduleOptions& options) : options_(options) {
+  DP_CHECK(options.base_lr >= 0 && options.warmup_steps >= 0 && options.total_steps >= 0,
+           "lr schedule: invalid base_lr=", options.base_lr, " warmup_steps=", options.warmup_steps,
+           " total_steps=", options.total_steps, " (all must be >= 0)");
+}
+
+double LrSchedule::lr_at(int64_t step) const {
+  DP_CHECK(step >= 0, "lr schedule: step must be >= 0, got ", step);
+  const int64_t warmup = options_.warmup_steps;
+  if (step < warmup) return options_.base_lr * static_cast<double>(step) / static_cast<double>(warmup);
+  return after_warmup(step);
+}
+
+double ConstantLr::after_warmup(int64_t) const { return options_.base_lr; }
+
+StepLr::StepLr(const LrScheduleOptions& options) : LrSchedule(options) {
+  const std::vector<int64_t>& m = options.milestones;
+  DP_CHECK(!m.empty() && std::is_sorted(m.begin(), m.end()) && m.front() >= 0,
+           "lr schedule 'step': needs at least one milestone, as ascending non-negative steps");
+  DP_CHECK(options.gamma > 0, "lr schedule 'step': gamma must be > 0, got ", options.gamma);
+}
+
+double StepLr::after_warmup(int64_t step) const {
+  const std::vector<int64_t>& m = options_.milestones;
+  const auto passed = std::upper_bound(m.begin(), m.end(), step) - m.begin();
+  return options_.base_lr * std::pow(options_.gamma, static_cast<double>(passed));
+}
+
+CosineLr::CosineLr(const LrScheduleOptions& options) : LrSchedule(options) {
+  DP_CHECK(options.total_steps > options.warmup_steps, "lr schedule 'cosine': total_steps (", options.total_steps,
+           ") must exceed warmup_steps (", options.warmup_steps, ")");
+  DP_CHECK(options.min_lr >= 0 && options.min_lr <= options.base_lr, "lr schedule 'cosine': min_lr=",
+           options.min_lr, " must be in [0, base_lr=", options.base_lr, "]");
+}
+
+double CosineLr::after_warmup(int64_t step) const {
+  const LrScheduleOptions& o = options_;
+  const double t = std::clamp(static_cast<double>(step - o.warmup_steps) /
+                                  static_cast<double>(o.total_steps - o.warmup_steps),
+                              0.0, 1.0);
+  return o.min_lr + (o.base_lr - o.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+}
+
+std::unique_ptr<LrSchedule> make_lr_schedule(const std::string& name, const LrScheduleOptions& options) {
+  if (name == "constant") return std::make_unique<ConstantLr>(options);
+  if (name == "step") return std::make_unique<StepLr>(options);
+  if (name == "cosine") return std::make_unique<CosineLr>(options);
+  throw Error("unknown lr schedule '" + name + "'; known schedules: constant, step, cosine");
+}
+
+}  // namespace dp

@@ -1,0 +1,34 @@
+#include "runtime/nn/batchnorm.h"
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops/creation.h"
+#include "runtime/ops/norm.h"
+
+namespace dp::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, Device device, double eps, double momentum, bool affine,
+                         DType dtype)
+    : num_features(num_features), eps(eps), momentum(momentum) {
+  DP_CHECK(num_features > 0 && eps > 0 && momentum >= 0 && momentum <= 1, "BatchNorm2d: invalid num_features=",
+           num_features, " eps=", eps, " momentum=", momentum);
+  if (affine) {
+    weight = register_parameter("weight", ones({num_features}, dtype, device));
+    bias = register_parameter("bias", zeros({num_features}, dtype, device));
+  }
+  running_mean = register_buffer("running_mean", zeros({num_features}, dtype, device));
+  running_var = register_buffer("running_var", ones({num_features}, dtype, device));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64, device));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  // x [N, C, H, W]; weight, bias, running_mean, running_var [C] → y [N, C, H, W]
+  DP_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features, "): expected input [N, ",
+           num_features, ", H, W], got ", x.str());
+  if (is_training()) {
+    NoGradGuard no_grad;
+    num_batches_tracked.fill_(static_cast<double>(++batches_tracked_));
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+}
+
+}  // namespace dp::nn

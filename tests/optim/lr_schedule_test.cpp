@@ -1,0 +1,79 @@
+// LR schedules at hand-computed points: step 0, inside and at the end of warmup, one after, last.
+#include <gtest/gtest.h>
+
+#include "optim/lr_schedule.h"
+#include "runtime/core/error.h"
+
+namespace dp {
+namespace {
+
+LrScheduleOptions options(int64_t warmup) {
+  LrScheduleOptions o;
+  o.base_lr = 0.1;
+  o.total_steps = 100;
+  o.warmup_steps = warmup;
+  o.milestones = {30, 60};
+  o.gamma = 0.1;
+  o.min_lr = 0.001;
+  return o;
+}
+
+TEST(LrScheduleTest, ConstantWithAndWithoutWarmup) {
+  auto s = make_lr_schedule("constant", options(10));
+  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(s->lr_at(5), 0.05);
+  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);
+  EXPECT_DOUBLE_EQ(s->lr_at(11), 0.1);
+  EXPECT_DOUBLE_EQ(s->lr_at(99), 0.1);
+  EXPECT_DOUBLE_EQ(make_lr_schedule("constant", options(0))->lr_at(0), 0.1);
+}
+
+TEST(LrScheduleTest, StepDecaysAtEachMilestone) {
+  auto s = make_lr_schedule("step", options(10));
+  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);
+  EXPECT_DOUBLE_EQ(s->lr_at(11), 0.1);
+  EXPECT_DOUBLE_EQ(s->lr_at(29), 0.1);
+  EXPECT_DOUBLE_EQ(s->lr_at(30), 0.01);
+  EXPECT_DOUBLE_EQ(s->lr_at(59), 0.01);
+  EXPECT_DOUBLE_EQ(s->lr_at(60), 0.001);
+  EXPECT_DOUBLE_EQ(s->lr_at(99), 0.001);
+}
+
+// lr(s) = 0.001 + 0.099 · (1 + cos(π (s − 10) / 90)) / 2 after 10 warmup steps.
+TEST(LrScheduleTest, CosineToMinLrAfterWarmup) {
+  auto s = make_lr_schedule("cosine", options(10));
+  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(s->lr_at(5), 0.05);
+  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);
+  EXPECT_NEAR(s->lr_at(11), 0.099969845937445239, 1e-15);  // cos(π/90) = 0.999390827019096
+  EXPECT_NEAR(s->lr_at(55), 0.0505, 1e-15);                // halfway: the mean of base and floor
+  EXPECT_NEAR(s->lr_at(99), 0.0010301540625547597, 1e-15);
+  EXPECT_DOUBLE_EQ(s->lr_at(100), 0.001);
+  EXPECT_DOUBLE_EQ(s->lr_at(250), 0.001);  // past the end: stays at the floor
+  EXPECT_DOUBLE_EQ(make_lr_schedule("cosine", options(0))->lr_at(0), 0.1);
+}
+
+TEST(LrScheduleTest, ErrorsNameTheScheduleAndTheFix) {
+  try {
+    make_lr_schedule("linear", options(0));
+    FAIL() << "expected an unknown-schedule error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown lr schedule 'linear'; known schedules: constant, step, cosine");
+  }
+  LrScheduleOptions no_milestones = options(0);
+  no_milestones.milestones.clear();
+  EXPECT_THROW(make_lr_schedule("step", no_milestones), Error);
+  LrScheduleOptions unsorted = options(0);
+  unsorted.milestones = {60, 30};
+  EXPECT_THROW(make_lr_schedule("step", unsorted), Error);
+  LrScheduleOptions all_warmup = options(100);
+  EXPECT_THROW(make_lr_schedule("cosine", all_warmup), Error);
+  LrScheduleOptions floor_above_base = options(0);
+  floor_above_base.min_lr = 0.2;
+  EXPECT_THROW(make_lr_schedule("cosine", floor_above_base), Error);
+  EXPECT_THROW(make_lr_schedule("constant", options(0))->lr_at(-1), Error);
+}
+
+}  // namespace
+}  // namespace dp
