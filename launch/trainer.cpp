@@ -80,8 +80,7 @@ std::string fresh_path(const std::filesystem::path& p) {
     const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
                            std::filesystem::last_write_time(p).time_since_epoch())
                            .count();
-    std::filesystem::path kept = p;
-    kept += "." + std::to_string(stamp);
+    const std::filesystem::path kept(p.string() + "." + std::to_string(stamp));
     std::filesystem::rename(p, kept);
   }
   return p.string();

@@ -35,7 +35,7 @@ TEST(TrainingTest, MlpLossFallsTenfold) {
   MLP model(16, {32}, 4, 0.0, cpu, gen);
   SGD optimizer(model.parameters(), {.lr = 0.1, .momentum = 0.9});
   const int64_t steps = 60;
-  auto schedule = make_lr_schedule("cosine", {.base_lr = 0.1, .total_steps = steps, .warmup_steps = 5});
+  auto schedule = make_lr_schedule("cosine", {.base_lr = 0.1, .total_steps = steps, .warmup_steps = 5, .milestones = {}});
 
   double first_loss = 0, last_loss = 0;
   for (int64_t step = 0; step < steps; ++step) {

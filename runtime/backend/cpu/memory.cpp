@@ -158,7 +158,7 @@ void CpuBackend::random(const Tensor& dst, RandomDist dist, double a, double b, 
     for (int64_t i = 0; i < n; ++i) {
       uint32_t r[4];
       Philox4x32::generate(seed, offset + static_cast<uint64_t>(i), r);
-      double v;
+      double v = 0.0;
       switch (dist) {
         case RandomDist::Uniform: v = std::fma(b - a, uniform01(r, wide), a); break;  // fma: same as CUDA
         case RandomDist::Normal: {  // Box–Muller on two independent words

@@ -94,8 +94,11 @@ TEST_F(ModuleTest, TrainAndEvalAreRecursive) {
 TEST_F(ModuleTest, ZeroGradDropsOrZeroesInPlace) {
   Block block(cpu, gen);
   sum(block.forward(ones({5, 4}, kFloat32, cpu))).backward();
-  for (const Tensor& p : block.parameters())
-    if (!p.same(block.scale)) ASSERT_TRUE(p.grad().defined());  // scale is unused by forward
+  for (const Tensor& p : block.parameters()) {
+    if (!p.same(block.scale)) {
+      ASSERT_TRUE(p.grad().defined());  // scale is unused by forward
+    }
+  }
   EXPECT_FALSE(block.scale.grad().defined());
 
   const Tensor weight_grad = block.proj->weight.grad();
