@@ -18,6 +18,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, Device device, double eps, double
   running_mean = register_buffer("running_mean", zeros({num_features}, dtype, device));
   running_var = register_buffer("running_var", ones({num_features}, dtype, device));
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64, device));
+  tracked_version_ = num_batches_tracked.version();
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
@@ -26,7 +27,9 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
            num_features, ", H, W], got ", x.str());
   if (is_training()) {
     NoGradGuard no_grad;
+    if (num_batches_tracked.version() != tracked_version_) batches_tracked_ = num_batches_tracked.item<int64_t>();
     num_batches_tracked.fill_(static_cast<double>(++batches_tracked_));
+    tracked_version_ = num_batches_tracked.version();
   }
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }

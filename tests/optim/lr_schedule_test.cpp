@@ -1,6 +1,9 @@
 // LR schedules at hand-computed points: step 0, inside and at the end of warmup, one after, last.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "optim/lr_schedule.h"
 #include "runtime/core/error.h"
 
@@ -18,26 +21,19 @@ LrScheduleOptions options(int64_t warmup) {
   return o;
 }
 
+// Checks lr_at(step) == lr for each {step, lr} pair.
+void expect_lrs(const LrSchedule& s, std::initializer_list<std::pair<int64_t, double>> expected) {
+  for (const auto& [step, lr] : expected) EXPECT_DOUBLE_EQ(s.lr_at(step), lr) << "at step " << step;
+}
+
 TEST(LrScheduleTest, ConstantWithAndWithoutWarmup) {
-  auto s = make_lr_schedule("constant", options(10));
-  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
-  EXPECT_DOUBLE_EQ(s->lr_at(5), 0.05);
-  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);
-  EXPECT_DOUBLE_EQ(s->lr_at(11), 0.1);
-  EXPECT_DOUBLE_EQ(s->lr_at(99), 0.1);
-  EXPECT_DOUBLE_EQ(make_lr_schedule("constant", options(0))->lr_at(0), 0.1);
+  expect_lrs(*make_lr_schedule("constant", options(10)), {{0, 0.0}, {5, 0.05}, {10, 0.1}, {11, 0.1}, {99, 0.1}});
+  expect_lrs(*make_lr_schedule("constant", options(0)), {{0, 0.1}});
 }
 
 TEST(LrScheduleTest, StepDecaysAtEachMilestone) {
-  auto s = make_lr_schedule("step", options(10));
-  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
-  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);
-  EXPECT_DOUBLE_EQ(s->lr_at(11), 0.1);
-  EXPECT_DOUBLE_EQ(s->lr_at(29), 0.1);
-  EXPECT_DOUBLE_EQ(s->lr_at(30), 0.01);
-  EXPECT_DOUBLE_EQ(s->lr_at(59), 0.01);
-  EXPECT_DOUBLE_EQ(s->lr_at(60), 0.001);
-  EXPECT_DOUBLE_EQ(s->lr_at(99), 0.001);
+  expect_lrs(*make_lr_schedule("step", options(10)), {{0, 0.0}, {10, 0.1}, {11, 0.1}, {29, 0.1}, {30, 0.01},
+                                                      {59, 0.01}, {60, 0.001}, {99, 0.001}});
 }
 
 // lr(s) = 0.001 + 0.099 · (1 + cos(π (s − 10) / 90)) / 2 after 10 warmup steps.

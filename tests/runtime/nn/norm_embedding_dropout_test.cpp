@@ -75,6 +75,18 @@ TEST_F(NormEmbeddingDropoutTest, BatchNormTrainingAndEval) {
   EXPECT_THROW(bn.forward(zeros({4, 3, 2, 2}, kFloat64, cpu)), Error);  // wrong channel count
 }
 
+// A checkpoint load writes num_batches_tracked in place; counting must continue from there.
+TEST_F(NormEmbeddingDropoutTest, BatchNormCountsOnFromALoadedBatchCount) {
+  BatchNorm2d bn(2, cpu, 1e-5, 0.1, true, kFloat64);
+  Tensor x = randn({2, 2, 3, 3}, gen, kFloat64, cpu);
+  bn.forward(x);
+  bn.num_batches_tracked.copy_(from_vector<int64_t>({41}, {}, cpu));
+  bn.forward(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 42);
+  bn.forward(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 43);
+}
+
 TEST_F(NormEmbeddingDropoutTest, LayerNormNormalisesTrailingDims) {
   LayerNorm ln({4}, cpu, 1e-5, true, kFloat64);
   EXPECT_EQ(names_of(ln.named_parameters()), (std::vector<std::string>{"weight", "bias"}));
