@@ -133,6 +133,31 @@ TEST_F(NormTest, BatchNormFloat32MatchesFloat64Threaded) {
   }
 }
 
+// Each channel is reduced by one thread in a fixed order (NOTE [ Batch norm memory order ] in
+// the CPU kernel), so any thread count gives bit-identical results. C = 1 and C = 5 leave some of
+// the 3 threads without channels; the inputs are above the parallel grain.
+TEST_F(NormTest, BatchNormResultsIndependentOfThreadCount) {
+  for (bool training : {true, false})
+    for (int64_t C : {1, 5, 16}) {
+      SCOPED_TRACE(std::string(training ? "train" : "eval") + " C=" + std::to_string(C));
+      const Shape shape{8, C, 70, 70};
+      Tensor x = constant(shape, -2, 3), upstream = constant(shape), w = constant({C}, 0.5, 1.5), b = constant({C});
+      Tensor mean0 = constant({C}), var0 = constant({C}, 0.5, 1.5);
+      auto run_with = [&](CpuBackend& be) {
+        Device dev(&be);
+        Tensor xd = x.to(dev), wd = w.to(dev), bd = b.to(dev), rm = mean0.to(dev), rv = var0.to(dev);
+        for (Tensor* t : {&xd, &wd, &bd}) t->set_requires_grad(true);
+        Tensor y = batch_norm(xd, wd, bd, rm, rv, training, kMomentum, kEps);
+        y.backward(upstream.to(dev));
+        std::vector<std::vector<double>> results;
+        for (const Tensor& t : {y, xd.grad(), wd.grad(), bd.grad(), rm, rv}) results.push_back(t.to_vector<double>());
+        return results;
+      };
+      CpuBackend serial(1), threaded(3);
+      EXPECT_EQ(run_with(serial), run_with(threaded));
+    }
+}
+
 TEST_F(NormTest, BatchNormErrors) {
   Tensor x = constant({4, 3, 2}), stat = constant({3}, 0.5, 1.5);
   EXPECT_ERROR_CONTAINS(batch_norm(constant({4}), Tensor(), Tensor(), Tensor(), Tensor(), true, kMomentum, kEps),
