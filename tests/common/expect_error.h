@@ -8,6 +8,22 @@
 
 #include "runtime/core/error.h"
 
+namespace dp::testing {
+
+// The message of the dp::Error that `fn` throws ("" when it throws none), for tests that check
+// a whole message.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ::dp::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace dp::testing
+
 #define EXPECT_ERROR_CONTAINS(statement, text)                                             \
   do {                                                                                     \
     try {                                                                                  \

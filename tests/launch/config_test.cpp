@@ -1,9 +1,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+
 #include <filesystem>
 #include <fstream>
 
+#include "common/expect_error.h"
 #include "launch/config.h"
 #include "runtime/core/error.h"
 
@@ -12,16 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The message of the dp::Error thrown by fn ("" when nothing is thrown).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { config_from_yaml_string(yaml, "test.yaml", overrides); });

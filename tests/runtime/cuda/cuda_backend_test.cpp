@@ -2,11 +2,13 @@
 // when no GPU is visible; CudaRuntime.ReportsMissingGpuClearly runs everywhere.
 #include <gtest/gtest.h>
 
+
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
@@ -17,15 +19,7 @@
 namespace dp {
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error thrown)";
-}
+using testing::error_of;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -1,6 +1,7 @@
 // IDX files (gzipped and plain) written here into a temp dir, every error the reader reports,
 // Fashion-MNIST built from such files, and the real data set when Debian's package is installed.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 #include <zlib.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "common/expect_error.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/idx_reader.h"
 
@@ -55,16 +57,7 @@ std::vector<uint8_t> read_plain(const fs::path& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-// The message of the dp::Error that `fn` throws ("" when it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 class IdxFilesTest : public ::testing::Test {
  protected:
