@@ -12,56 +12,73 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
   return span < 0 ? 0 : span / stride + 1;
 }
 
-}  // namespace
-
-// x [N, Cin, H, W], weight [Cout, Cin/groups, KH, KW], bias [Cout] → [N, Cout, OH, OW]
-Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias, const Conv2dParams& p) {
-  DP_CHECK(x_in.dim() == 4, "conv2d: expected a 4-D input [N, C, H, W], got ", x_in.str());
-  DP_CHECK(weight_in.dim() == 4, "conv2d: expected a 4-D weight [Cout, Cin/groups, KH, KW], got ", weight_in.str());
-  check_same_device("conv2d", x_in, weight_in);
-  check_floating("conv2d", x_in);
-  DP_CHECK(x_in.dtype() == weight_in.dtype(), "conv2d: input ", x_in.str(), " and weight ", weight_in.str(),
+// Validates the arguments and returns y's shape [N, Cout, OH, OW].
+Shape conv2d_output_shape(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  DP_CHECK(x.dim() == 4, "conv2d: expected a 4-D input [N, C, H, W], got ", x.str());
+  DP_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight [Cout, Cin/groups, KH, KW], got ", weight.str());
+  check_same_device("conv2d", x, weight);
+  check_floating("conv2d", x);
+  DP_CHECK(x.dtype() == weight.dtype(), "conv2d: input ", x.str(), " and weight ", weight.str(),
            " have different dtypes");
   DP_CHECK(p.groups >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
                p.pad_h >= 0 && p.pad_w >= 0,
-           "conv2d: invalid parameters (groups, strides and dilations must be ≥ 1, padding ≥ 0)");
-  const int64_t N = x_in.size(0), C = x_in.size(1), K = weight_in.size(0);
+           "conv2d: invalid parameters (groups, strides and dilations must be ≥ 1, padding ≥ 0), got groups ",
+           p.groups, ", stride ", p.stride_h, "x", p.stride_w, ", dilation ", p.dilation_h, "x", p.dilation_w,
+           ", padding ", p.pad_h, "x", p.pad_w);
+  const int64_t C = x.size(1), K = weight.size(0);
   DP_CHECK(C % p.groups == 0 && K % p.groups == 0, "conv2d: channels in (", C, ") and out (", K,
            ") must be divisible by groups (", p.groups, ")");
-  DP_CHECK(weight_in.size(1) * p.groups == C, "conv2d: weight ", weight_in.str(), " expects ",
-           weight_in.size(1) * p.groups, " input channels, got input ", x_in.str());
-  const int64_t OH = conv_out_size(x_in.size(2), weight_in.size(2), p.stride_h, p.pad_h, p.dilation_h);
-  const int64_t OW = conv_out_size(x_in.size(3), weight_in.size(3), p.stride_w, p.pad_w, p.dilation_w);
-  DP_CHECK(OH >= 1 && OW >= 1, "conv2d: input ", x_in.str(), " is too small for kernel ",
-           shape_str(weight_in.shape()), " (output would be ", OH, "x", OW, ")");
-  if (bias.defined())
-    DP_CHECK(bias.dim() == 1 && bias.size(0) == K, "conv2d: bias ", bias.str(), " does not match ", K, " output channels");
+  DP_CHECK(weight.size(1) * p.groups == C, "conv2d: weight ", weight.str(), " with groups ", p.groups, " expects ",
+           weight.size(1) * p.groups, " input channels, got input ", x.str());
+  DP_CHECK(weight.size(2) >= 1 && weight.size(3) >= 1, "conv2d: empty kernel in weight ", weight.str());
+  if (bias.defined()) {
+    DP_CHECK(bias.dim() == 1 && bias.size(0) == K, "conv2d: bias ", bias.str(), " does not match ", K,
+             " output channels");
+    check_same_device("conv2d", x, bias);
+    DP_CHECK(bias.dtype() == x.dtype(), "conv2d: bias ", bias.str(), " and input ", x.str(), " have different dtypes");
+  }
+  const int64_t OH = conv_out_size(x.size(2), weight.size(2), p.stride_h, p.pad_h, p.dilation_h);
+  const int64_t OW = conv_out_size(x.size(3), weight.size(3), p.stride_w, p.pad_w, p.dilation_w);
+  DP_CHECK(OH >= 1 && OW >= 1, "conv2d: input ", x.str(), " is too small for kernel ", shape_str(weight.shape()),
+           " with padding ", p.pad_h, "x", p.pad_w, " and dilation ", p.dilation_h, "x", p.dilation_w,
+           " (output would be ", OH, "x", OW, ")");
+  return {x.size(0), K, OH, OW};
+}
 
+}  // namespace
+
+// x [N, Cin, H, W], weight [Cout, Cin/groups, KH, KW], bias [Cout] → y [N, Cout, OH, OW]
+// Saved for backward: x when the weight needs a gradient, the weight when x does.
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dParams& p) {
+  const Shape y_shape = conv2d_output_shape(x_in, weight_in, bias_in, p);
   Tensor x = x_in.detach().contiguous(), weight = weight_in.detach().contiguous();
-  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor y = Tensor::empty({N, K, OH, OW}, x.dtype(), x.device());
-  Backend& be = x.device().backend();
-  be.conv2d_forward(x, weight, b, y, p);
+  Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
+  Tensor y = Tensor::empty(y_shape, x.dtype(), x.device());
+  x.device().backend().conv2d_forward(x, weight, bias, y, p);
 
-  if (any_requires_grad({&x_in, &weight_in, &bias})) {
-    SavedTensor sx = weight_in.requires_grad() || bias.requires_grad() ? SavedTensor(x) : SavedTensor();
-    SavedTensor sw = x_in.requires_grad() ? SavedTensor(weight) : SavedTensor();
+  if (any_requires_grad({&x_in, &weight_in, &bias_in})) {
+    SavedTensor saved_x = weight_in.requires_grad() ? SavedTensor(x) : SavedTensor();
+    SavedTensor saved_w = x_in.requires_grad() ? SavedTensor(weight) : SavedTensor();
     const Shape x_shape = x.shape(), w_shape = weight.shape();
-    record("conv2d", y, {x_in, weight_in, bias}, [sx, sw, x_shape, w_shape, p](const Tensor& g, const Node& n) {
-      Tensor dy = g.contiguous();
-      Backend& be = dy.device().backend();
-      Tensor dx, dw, db;
-      if (n.needs_input_grad(0)) {
-        dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
-        be.conv2d_backward_input(dy, sw.get("conv2d"), dx, p);
-      }
-      if (n.needs_input_grad(1) || n.needs_input_grad(2)) {
-        dw = Tensor::empty(w_shape, dy.dtype(), dy.device());
-        if (n.needs_input_grad(2)) db = Tensor::empty({w_shape[0]}, dy.dtype(), dy.device());
-        be.conv2d_backward_weight(dy, sx.get("conv2d"), dw, db, p);
-      }
-      return std::vector<Tensor>{dx, n.needs_input_grad(1) ? dw : Tensor(), db};
-    });
+    record("conv2d", y, {x_in, weight_in, bias_in},
+           [saved_x, saved_w, x_shape, w_shape, p](const Tensor& g, const Node& node) {
+             // dy [N, Cout, OH, OW] → dx [N, Cin, H, W], dw [Cout, Cin/groups, KH, KW], db [Cout]
+             Tensor dy = g.contiguous();
+             Backend& be = dy.device().backend();
+             Tensor dx, dw, db;
+             if (node.needs_input_grad(2)) db = Tensor::empty({w_shape[0]}, dy.dtype(), dy.device());
+             if (node.needs_input_grad(0)) {  // a network's first conv skips this: its input is data
+               dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
+               be.conv2d_backward_input(dy, saved_w.get("conv2d"), dx, p);
+             }
+             if (node.needs_input_grad(1)) {  // the bias gradient comes fused with the weight's
+               dw = Tensor::empty(w_shape, dy.dtype(), dy.device());
+               be.conv2d_backward_weight(dy, saved_x.get("conv2d"), dw, db, p);
+             } else if (db.defined()) {  // bias alone: sum dy over N, OH, OW
+               be.reduce(ReduceOp::Sum, dy, db.reshape({1, w_shape[0], 1, 1}));
+             }
+             return std::vector<Tensor>{dx, dw, db};
+           });
   }
   return y;
 }

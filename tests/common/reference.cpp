@@ -1,14 +1,23 @@
 #include "common/reference.h"
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "runtime/ops/creation.h"
 
 namespace dp::testing {
 
-Fixture::Fixture(const std::string& dir, const std::string& name)
-    : path_(dir + "/" + name + ".safetensors"), file_(read_safetensors(path_)) {}
+namespace {
+// tests/common/reference.cpp → tests/fixtures (the build passes absolute source paths).
+std::string fixture_dir() {
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures").string();
+}
+}  // namespace
+
+Fixture::Fixture(const std::string& name)
+    : path_(fixture_dir() + "/" + name + ".safetensors"), file_(read_safetensors(path_)) {}
 
 Tensor Fixture::tensor(const std::string& name, Device device) const {
   const SafetensorsEntry& e = file_.at(name);
@@ -24,6 +33,16 @@ const std::string& Fixture::option(const std::string& key) const {
   auto it = file_.metadata.find(key);
   DP_CHECK(it != file_.metadata.end(), path_, ": no metadata key '", key, "'");
   return it->second;
+}
+
+std::pair<int64_t, int64_t> Fixture::option_pair(const std::string& key) const {
+  const std::string& text = option(key);
+  long long first = 0, second = 0;
+  int consumed = 0;
+  const bool ok = std::sscanf(text.c_str(), "%lld,%lld%n", &first, &second, &consumed) == 2 &&
+                  consumed == static_cast<int>(text.size());
+  DP_CHECK(ok, path_, ": option ", key, " = \"", text, "\" is not a pair of integers like \"2,1\"");
+  return {first, second};
 }
 
 std::string compare_tensors(const std::string& what, const Tensor& actual, const Tensor& expected, double tol) {

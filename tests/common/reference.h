@@ -4,7 +4,9 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/io/safetensors.h"
@@ -14,13 +16,17 @@ namespace dp::testing {
 
 class Fixture {
  public:
-  // Reads <dir>/<name>.safetensors; throws dp::Error when missing or malformed.
-  Fixture(const std::string& dir, const std::string& name);
+  // Reads tests/fixtures/<name>.safetensors of this source tree; throws dp::Error when missing
+  // or malformed.
+  explicit Fixture(const std::string& name);
   // An F64, F32 or I64 entry as a contiguous tensor of the same dtype on `device`.
   Tensor tensor(const std::string& name, Device device) const;
   // A __metadata__ value (options such as "eps"), or an error listing the file.
   const std::string& option(const std::string& key) const;
   double option_double(const std::string& key) const { return std::stod(option(key)); }
+  // An "h,w" option (stride "2,1", padding, kernel_size) as a pair; an error naming the text
+  // when it is not two integers.
+  std::pair<int64_t, int64_t> option_pair(const std::string& key) const;
 
  private:
   std::string path_;

@@ -1,14 +1,20 @@
-// 2-D convolution on the CPU: im2col + GEMM over chunks of images.
+// 2-D convolution on the CPU as im2col + GEMM.
 //
-// NOTE [ Conv chunking ]
-// A chunk's column matrix holds several images side by side, [Cg·KH·KW, images·OH·OW], so one
-// GEMM covers them all: with small feature maps (ResNet's deep layers: 4×4, 2×2, 1×1) a GEMM
-// per image would be a matrix-vector product that streams the whole weight from memory once per
-// image. Chunks are sized for at least kMinColumns columns and at most kMaxColBytes of columns
-// (cache-sized). With at least as many chunks as threads, threads take whole chunks and run
-// single-threaded BLAS (OpenBLAS does inside a parallel region); otherwise chunks run one after
-// another and BLAS threads each GEMM. A one-image chunk of a 1×1 stride-1 unpadded convolution
-// uses the input itself as the column matrix and writes the output in place.
+// NOTE [ Convolution as chunked GEMM ]
+// Images are processed in chunks: a chunk's column matrices sit side by side, [Cg*KH*KW,
+// chunk*OH*OW], so one GEMM covers the chunk. Small feature maps (ResNet's 4×4, 2×2, 1×1) thus
+// still give BLAS a wide operand instead of a matrix-vector product per image, while a chunk's
+// scratch (columns plus one output-sized buffer) stays within ~1 MB so it lives in L2. Chunks
+// are spread over the OpenMP threads; each runs single-threaded BLAS on its own chunks. With a
+// single chunk the region runs on one thread and OpenBLAS threads the GEMM itself.
+// Outputs of a chunk are channel-major [Kg, chunk*OH*OW] and are transposed into NCHW (and dy
+// the other way) — a chunk of one image needs neither, nor any im2col when the conv is 1×1,
+// stride 1, unpadded (the image already is its column matrix).
+// Kernel taps that only ever read padding (a 3×3 conv on a 1×1 map uses only its centre) are
+// cropped away: the GEMM runs on the live taps' weights, packed per call, and their gradient
+// is scattered back with zeros elsewhere.
+// Scratch buffers are per thread and reused across calls. The weight gradient is accumulated
+// per thread (thread 0 directly into dw) and the partial sums are added at the end.
 #include <cblas.h>
 #include <omp.h>
 
@@ -18,6 +24,7 @@
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/im2col.h"
 
 namespace dp {
 
@@ -25,159 +32,145 @@ using namespace cpu;
 
 namespace {
 
-// Geometry of one convolution, shared by the three kernels.
-struct ConvShape {
-  int64_t N, C, H, W;       // input
-  int64_t K, OH, OW;        // output channels and size
-  int64_t KH, KW;
-  int64_t groups, Cg, Kg;   // channels per group (in, out)
-  int64_t col_rows;         // Cg * KH * KW
-  int64_t spatial;          // OH * OW
-  Conv2dParams p;
+constexpr int64_t kChunkScratchBytes = int64_t(1) << 20;  // about one core's L2
+constexpr int64_t kMinGemmColumns = 128;  // chunk images until the GEMM is at least this wide
 
-  ConvShape(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& params)
-      : N(x.size(0)), C(x.size(1)), H(x.size(2)), W(x.size(3)), K(w.size(0)), OH(y.size(2)), OW(y.size(3)),
-        KH(w.size(2)), KW(w.size(3)), groups(params.groups), Cg(C / params.groups), Kg(K / params.groups),
-        col_rows(Cg * KH * KW), spatial(OH * OW), p(params) {}
+// How one convolution is split into per-group, per-chunk GEMMs.
+struct ConvPlan {
+  int64_t N, C, K, groups, Cg, Kg;
+  int64_t in_plane;  // H * W
+  int64_t KH, KW;  // the full kernel
+  TapRange live_h, live_w;  // its taps that see the image
+  bool cropped;  // live taps are fewer than the kernel's: GEMMs use the cropped kernel
+  Im2colGeometry geo;  // one group of one image, cropped kernel
+  int64_t rows, spatial;  // Cg*KH'*KW' (cropped), OH*OW
+  int64_t chunk, chunks;  // images per chunk, number of chunks
+  int threads;
+  bool direct;  // 1×1, stride 1, no padding: the input is the column matrix
 
-  bool direct() const {  // the input already is the column matrix
-    return KH == 1 && KW == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+  // x [N, C, H, W], w [K, C/g, KH, KW], y [N, K, OH, OW]
+  ConvPlan(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, int max_threads)
+      : N(x.size(0)), C(x.size(1)), K(w.size(0)), groups(p.groups), Cg(C / p.groups), Kg(K / p.groups),
+        in_plane(x.size(2) * x.size(3)), KH(w.size(2)), KW(w.size(3)),
+        live_h(live_taps(x.size(2), y.size(2), KH, p.stride_h, p.pad_h, p.dilation_h)),
+        live_w(live_taps(x.size(3), y.size(3), KW, p.stride_w, p.pad_w, p.dilation_w)) {
+    cropped = live_h.hi > live_h.lo && live_w.hi > live_w.lo && (live_h.hi - live_h.lo < KH || live_w.hi - live_w.lo < KW);
+    if (!cropped) live_h = {0, KH}, live_w = {0, KW};
+    Conv2dParams q = p;  // the cropped kernel starts live.lo taps later: less padding
+    q.pad_h -= live_h.lo * p.dilation_h;
+    q.pad_w -= live_w.lo * p.dilation_w;
+    geo = {Cg, x.size(2), x.size(3), live_h.hi - live_h.lo, live_w.hi - live_w.lo, y.size(2), y.size(3), q};
+    rows = geo.rows();
+    spatial = geo.columns();
+    direct = geo.KH == 1 && geo.KW == 1 && q.stride_h == 1 && q.stride_w == 1 && q.pad_h == 0 && q.pad_w == 0;
+    const int64_t image_bytes = (rows + Kg) * spatial * static_cast<int64_t>(x.element_size());
+    const int64_t per_thread = (N + max_threads - 1) / max_threads;
+    chunk = std::min({(kMinGemmColumns + spatial - 1) / spatial, std::max<int64_t>(1, kChunkScratchBytes / image_bytes),
+                      per_thread});
+    chunk = std::max<int64_t>(chunk, 1);
+    chunks = (N + chunk - 1) / chunk;
+    threads = static_cast<int>(std::clamp<int64_t>(chunks, 1, max_threads));
   }
+
+  bool needs_columns() const { return !(direct && chunk == 1); }
+  int64_t images_in(int64_t c) const { return std::min(chunk, N - c * chunk); }
 };
 
-// col [Cg*KH*KW, OH*OW] (row stride ld) from one group of one image x [Cg, H, W].
-template <typename T>
-void im2col(const T* x, const ConvShape& s, T* col, int64_t ld) {
-  const Conv2dParams& p = s.p;
-  for (int64_t c = 0; c < s.Cg; ++c) {
-    for (int64_t kh = 0; kh < s.KH; ++kh) {
-      for (int64_t kw = 0; kw < s.KW; ++kw) {
-        T* row = col + ((c * s.KH + kh) * s.KW + kw) * ld;
-        const int64_t dw = kw * p.dilation_w - p.pad_w;
-        // Output columns whose input column is inside the image: [ow_lo, ow_hi).
-        int64_t ow_lo = 0, ow_hi = s.OW;
-        while (ow_lo < s.OW && ow_lo * p.stride_w + dw < 0) ++ow_lo;
-        while (ow_hi > ow_lo && (ow_hi - 1) * p.stride_w + dw >= s.W) --ow_hi;
-        for (int64_t oh = 0; oh < s.OH; ++oh) {
-          T* out = row + oh * s.OW;
-          const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
-          if (ih < 0 || ih >= s.H) {
-            std::fill(out, out + s.OW, T(0));
-            continue;
-          }
-          const T* in = x + (c * s.H + ih) * s.W + dw;
-          std::fill(out, out + ow_lo, T(0));
-          if (p.stride_w == 1) {
-            std::memcpy(out + ow_lo, in + ow_lo, (ow_hi - ow_lo) * sizeof(T));
-          } else {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow] = in[ow * p.stride_w];
-          }
-          std::fill(out + ow_hi, out + s.OW, T(0));
-        }
-      }
-    }
+// Runs fn(thread, first_image, images, first_of_thread) for every chunk; each thread takes a
+// contiguous range of chunks.
+template <typename Fn>
+void for_each_chunk(const ConvPlan& plan, Fn&& fn) {
+#pragma omp parallel num_threads(plan.threads)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t begin = plan.chunks * t / team, end = plan.chunks * (t + 1) / team;
+    for (int64_t c = begin; c < end; ++c) fn(t, c * plan.chunk, plan.images_in(c), c == begin);
   }
 }
 
-// dx [Cg, H, W] += scatter of col [Cg*KH*KW, OH*OW] (row stride ld), the adjoint of im2col.
+// Row-major C = alpha·op(A)·op(B) + beta·C.
 template <typename T>
-void col2im(const T* col, const ConvShape& s, T* dx, int64_t ld) {
-  const Conv2dParams& p = s.p;
-  for (int64_t c = 0; c < s.Cg; ++c) {
-    for (int64_t kh = 0; kh < s.KH; ++kh) {
-      for (int64_t kw = 0; kw < s.KW; ++kw) {
-        const T* row = col + ((c * s.KH + kh) * s.KW + kw) * ld;
-        const int64_t dw = kw * p.dilation_w - p.pad_w;
-        int64_t ow_lo = 0, ow_hi = s.OW;
-        while (ow_lo < s.OW && ow_lo * p.stride_w + dw < 0) ++ow_lo;
-        while (ow_hi > ow_lo && (ow_hi - 1) * p.stride_w + dw >= s.W) --ow_hi;
-        for (int64_t oh = 0; oh < s.OH; ++oh) {
-          const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
-          if (ih < 0 || ih >= s.H) continue;
-          const T* in = row + oh * s.OW;
-          T* out = dx + (c * s.H + ih) * s.W + dw;
-          if (p.stride_w == 1) {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow] += in[ow];
-          } else {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow * p.stride_w] += in[ow];
-          }
-        }
-      }
-    }
-  }
-}
-
-// Row-major C = alpha·op(A)·op(B) + beta·C through cblas, single call.
-template <typename T>
-void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc) {
+void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+               T beta, T* C, int64_t ldc) {
   const auto a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, a, b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else cblas_dgemm(CblasRowMajor, a, b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, a, b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  else cblas_dgemm(CblasRowMajor, a, b, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Per-thread scratch that grows as needed and is reused across calls (no allocation per chunk).
-template <typename T, int Slot>
-T* scratch(size_t n) {
+// Per-thread buffer `Slot` of at least n elements, reused across calls (grown, never shrunk).
+enum ScratchSlot { kColumns, kChannelMajor, kWeightPartial, kCroppedWeight };
+template <typename T, ScratchSlot Slot>
+T* scratch(int64_t n) {
   thread_local std::vector<T> buffer;
-  if (buffer.size() < n) buffer.resize(n);
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(n);
   return buffer.data();
 }
 
-constexpr int64_t kMinColumns = 256;
-constexpr int64_t kMaxColBytes = int64_t(4) << 20;
-
-// How images are grouped into chunks and chunks into threads (NOTE [ Conv chunking ]).
-struct ChunkPlan {
-  int64_t images_per_chunk, chunks;
-  bool parallel_chunks;  // threads take whole chunks (single-threaded BLAS)
-  int threads;
-
-  ChunkPlan(const ConvShape& s, size_t elem, int num_threads) {
-    const int64_t col_bytes = std::max<int64_t>(s.col_rows * s.spatial * static_cast<int64_t>(elem), 1);
-    int64_t per = (kMinColumns + s.spatial - 1) / s.spatial;
-    per = std::min(per, std::max<int64_t>(1, kMaxColBytes / col_bytes));
-    images_per_chunk = std::clamp<int64_t>(per, 1, std::max<int64_t>(s.N, 1));
-    chunks = (s.N + images_per_chunk - 1) / images_per_chunk;
-    parallel_chunks = chunks >= num_threads;
-    threads = parallel_chunks ? static_cast<int>(std::min<int64_t>(num_threads, chunks)) : 1;
-  }
-  int64_t first(int64_t c) const { return c * images_per_chunk; }
-  int64_t count(int64_t c, int64_t N) const { return std::min(images_per_chunk, N - first(c)); }
-};
-
-// Runs body(chunk) for every chunk, in parallel over chunks when the plan says so.
-template <typename Body>
-void for_each_chunk(const ChunkPlan& plan, Body&& body) {
-  if (plan.parallel_chunks && plan.threads > 1) {
-#pragma omp parallel for num_threads(plan.threads) schedule(static)
-    for (int64_t c = 0; c < plan.chunks; ++c) body(c);
-  } else {
-    for (int64_t c = 0; c < plan.chunks; ++c) body(c);
-  }
+// dst [channels, images*S] (channel-major) from `images` NCHW blocks of [channels, S] each
+// `image_stride` apart.
+template <typename T>
+void to_channel_major(const T* src, int64_t image_stride, int64_t images, int64_t channels, int64_t S, T* dst) {
+  for (int64_t k = 0; k < channels; ++k)
+    for (int64_t b = 0; b < images; ++b) std::memcpy(dst + (k * images + b) * S, src + b * image_stride + k * S, S * sizeof(T));
 }
 
-// Columns of `nb` images starting at n0 for group g: col [Cg*KH*KW, nb*OH*OW].
+// The inverse of to_channel_major, adding bias[k] (when given) on the way.
 template <typename T>
-void chunk_columns(const T* xp, const ConvShape& s, int64_t n0, int64_t nb, int64_t g, T* col) {
-  const int64_t ld = nb * s.spatial;
-  for (int64_t b = 0; b < nb; ++b) {
-    const T* xg = xp + ((n0 + b) * s.C + g * s.Cg) * s.H * s.W;
-    if (s.direct()) {
-      for (int64_t r = 0; r < s.Cg; ++r) std::memcpy(col + r * ld + b * s.spatial, xg + r * s.spatial, s.spatial * sizeof(T));
-    } else {
-      im2col(xg, s, col + b * s.spatial, ld);
+void from_channel_major(const T* src, int64_t images, int64_t channels, int64_t S, const T* bias, T* dst,
+                        int64_t image_stride) {
+  for (int64_t k = 0; k < channels; ++k) {
+    const T b = bias ? bias[k] : T(0);
+    for (int64_t i = 0; i < images; ++i) {
+      const T* in = src + (k * images + i) * S;
+      T* out = dst + i * image_stride + k * S;
+      for (int64_t s = 0; s < S; ++s) out[s] = in[s] + b;
     }
   }
 }
 
-// [Kg, nb*OH*OW] ↔ the group's rows of nb images of t [N, K, OH, OW].
+// Calls fn(full, live) for every live tap of a [K, Cg, KH, KW] weight, spread over the plan's
+// threads (the weight can be megabytes): `full` its offset in the weight, `live` in the cropped
+// [K, Cg, KH', KW'] one.
+template <typename Fn>
+void for_each_live_tap(const ConvPlan& plan, Fn&& fn) {
+  const int64_t kh_live = plan.live_h.hi - plan.live_h.lo, kw_live = plan.live_w.hi - plan.live_w.lo;
+#pragma omp parallel for num_threads(plan.threads) schedule(static)
+  for (int64_t kc = 0; kc < plan.K * plan.Cg; ++kc)
+    for (int64_t kh = 0; kh < kh_live; ++kh)
+      for (int64_t kw = 0; kw < kw_live; ++kw)
+        fn((kc * plan.KH + kh + plan.live_h.lo) * plan.KW + kw + plan.live_w.lo, (kc * kh_live + kh) * kw_live + kw);
+}
+
+// The GEMMs' weight [K, rows]: w itself, or its live taps packed into the caller's scratch.
 template <typename T>
-void gather_group(const T* tp, const ConvShape& s, int64_t n0, int64_t nb, int64_t g, T* out) {
-  const int64_t ld = nb * s.spatial;
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t k = 0; k < s.Kg; ++k)
-      std::memcpy(out + k * ld + b * s.spatial, tp + ((n0 + b) * s.K + g * s.Kg + k) * s.spatial, s.spatial * sizeof(T));
+const T* gemm_weight(const ConvPlan& plan, const T* w) {
+  if (!plan.cropped) return w;
+  T* live = scratch<T, kCroppedWeight>(plan.K * plan.rows);
+  for_each_live_tap(plan, [&](int64_t full, int64_t i) { live[i] = w[full]; });
+  return live;
+}
+
+// Column matrix of images [n0, n0+images) of group g: the input itself when direct, else
+// im2col'd into the thread's scratch.
+template <typename T>
+const T* columns_of(const ConvPlan& plan, const T* x, int64_t n0, int64_t images, int64_t g) {
+  const T* first = x + (n0 * plan.C + g * plan.Cg) * plan.in_plane;
+  if (!plan.needs_columns()) return first;
+  const int64_t ld = images * plan.spatial;
+  T* col = scratch<T, kColumns>(plan.rows * ld);
+  for (int64_t b = 0; b < images; ++b) im2col(first + b * plan.C * plan.in_plane, plan.geo, col + b * plan.spatial, ld);
+  return col;
+}
+
+// dy of images [n0, n0+images), group g, as [Kg, images*OH*OW]: in place for one image,
+// else gathered into the thread's scratch.
+template <typename T>
+const T* output_grad_of(const ConvPlan& plan, const T* dy, int64_t n0, int64_t images, int64_t g) {
+  const T* first = dy + (n0 * plan.K + g * plan.Kg) * plan.spatial;
+  if (images == 1) return first;
+  T* gathered = scratch<T, kChannelMajor>(plan.Kg * images * plan.spatial);
+  to_channel_major(first, plan.K * plan.spatial, images, plan.Kg, plan.spatial, gathered);
+  return gathered;
 }
 
 }  // namespace
@@ -185,41 +178,25 @@ void gather_group(const T* tp, const ConvShape& s, int64_t n0, int64_t nb, int64
 // x [N, C, H, W], w [K, C/g, KH, KW], bias [K] (optional) → y [N, K, OH, OW]
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                                 const Conv2dParams& p) {
-  const ConvShape s(x, w, y, p);
+  const ConvPlan plan(x, w, y, p, num_threads_);
   dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    const T *xp = x.data<T>(), *wp = w.data<T>(), *bp = bias.defined() ? bias.data<T>() : nullptr;
+    const T *xp = x.data<T>(), *wp = gemm_weight(plan, w.data<T>()), *bp = bias.defined() ? bias.data<T>() : nullptr;
     T* yp = y.data<T>();
-    const ChunkPlan plan(s, sizeof(T), num_threads_);
-    for_each_chunk(plan, [&](int64_t c) {
-      const int64_t n0 = plan.first(c), nb = plan.count(c, s.N), ld = nb * s.spatial;
-      for (int64_t g = 0; g < s.groups; ++g) {
-        const T* wg = wp + g * s.Kg * s.col_rows;
-        if (nb == 1) {  // the GEMM writes the image's output rows in place, bias pre-filled
-          T* yg = yp + (n0 * s.K + g * s.Kg) * s.spatial;
-          const T* cols = xp + (n0 * s.C + g * s.Cg) * s.H * s.W;
-          if (!s.direct()) {
-            T* col = scratch<T, 0>(s.col_rows * ld);
-            im2col(cols, s, col, ld);
-            cols = col;
-          }
-          if (bp)
-            for (int64_t k = 0; k < s.Kg; ++k) std::fill(yg + k * s.spatial, yg + (k + 1) * s.spatial, bp[g * s.Kg + k]);
-          blas_gemm<T>(false, false, s.Kg, s.spatial, s.col_rows, T(1), wg, s.col_rows, cols, s.spatial,
-                       bp ? T(1) : T(0), yg, s.spatial);
-          continue;
-        }
-        T* col = scratch<T, 0>(s.col_rows * ld);
-        T* out = scratch<T, 1>(s.Kg * ld);
-        chunk_columns(xp, s, n0, nb, g, col);
-        blas_gemm<T>(false, false, s.Kg, ld, s.col_rows, T(1), wg, s.col_rows, col, ld, T(0), out, ld);
-        for (int64_t b = 0; b < nb; ++b) {
-          for (int64_t k = 0; k < s.Kg; ++k) {
-            const T* src = out + k * ld + b * s.spatial;
-            T* dst = yp + ((n0 + b) * s.K + g * s.Kg + k) * s.spatial;
-            const T add = bp ? bp[g * s.Kg + k] : T(0);
-            for (int64_t i = 0; i < s.spatial; ++i) dst[i] = src[i] + add;
-          }
+    for_each_chunk(plan, [&](int, int64_t n0, int64_t images, bool) {
+      const int64_t ld = images * plan.spatial;
+      for (int64_t g = 0; g < plan.groups; ++g) {
+        const T* cols = columns_of(plan, xp, n0, images, g);
+        const T* wg = wp + g * plan.Kg * plan.rows;
+        const T* bg = bp ? bp + g * plan.Kg : nullptr;
+        T* yg = yp + (n0 * plan.K + g * plan.Kg) * plan.spatial;
+        if (images == 1) {  // y_g [Kg, S] = bias + w_g [Kg, R] @ cols [R, S], written in place
+          for (int64_t k = 0; k < plan.Kg; ++k) std::fill(yg + k * ld, yg + (k + 1) * ld, bg ? bg[k] : T(0));
+          blas_gemm<T>(false, false, plan.Kg, ld, plan.rows, wg, plan.rows, cols, ld, T(1), yg, ld);
+        } else {  // out [Kg, images*S] = w_g @ cols, then bias + transpose into NCHW
+          T* out = scratch<T, kChannelMajor>(plan.Kg * ld);
+          blas_gemm<T>(false, false, plan.Kg, ld, plan.rows, wg, plan.rows, cols, ld, T(0), out, ld);
+          from_channel_major(out, images, plan.Kg, plan.spatial, bg, yg, plan.K * plan.spatial);
         }
       }
     });
@@ -228,40 +205,25 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 // dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W]
 void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  const ConvShape s(dx, w, dy, p);
+  const ConvPlan plan(dx, w, dy, p, num_threads_);
   dispatch_floating(dy.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    const T *dyp = dy.data<T>(), *wp = w.data<T>();
+    const T *dyp = dy.data<T>(), *wp = gemm_weight(plan, w.data<T>());
     T* dxp = dx.data<T>();
-    const ChunkPlan plan(s, sizeof(T), num_threads_);
-    for_each_chunk(plan, [&](int64_t c) {
-      const int64_t n0 = plan.first(c), nb = plan.count(c, s.N), ld = nb * s.spatial;
-      const bool in_place = nb == 1 && s.direct();  // dcol is the image's dx itself
-      if (!in_place) std::fill(dxp + n0 * s.C * s.H * s.W, dxp + (n0 + nb) * s.C * s.H * s.W, T(0));
-      for (int64_t g = 0; g < s.groups; ++g) {
-        const T* wg = wp + g * s.Kg * s.col_rows;
-        const T* dyg = dyp + (n0 * s.K + g * s.Kg) * s.spatial;
-        if (nb > 1) {
-          T* gathered = scratch<T, 1>(s.Kg * ld);
-          gather_group(dyp, s, n0, nb, g, gathered);
-          dyg = gathered;
-        }
-        // dcol [Cg*KH*KW, nb*OH*OW] = w_gᵀ [Cg*KH*KW, Kg] @ dy_g [Kg, nb*OH*OW]
-        T* dcol = in_place ? dxp + (n0 * s.C + g * s.Cg) * s.H * s.W : scratch<T, 0>(s.col_rows * ld);
-        blas_gemm<T>(true, false, s.col_rows, ld, s.Kg, T(1), wg, s.col_rows, dyg, ld, T(0), dcol, ld);
-        if (in_place) continue;
-        for (int64_t b = 0; b < nb; ++b) {
-          T* dxg = dxp + ((n0 + b) * s.C + g * s.Cg) * s.H * s.W;
-          if (s.direct()) {
-            for (int64_t r = 0; r < s.Cg; ++r) {
-              const T* src = dcol + r * ld + b * s.spatial;
-              T* dst = dxg + r * s.spatial;
-              for (int64_t i = 0; i < s.spatial; ++i) dst[i] += src[i];
-            }
-          } else {
-            col2im(dcol + b * s.spatial, s, dxg, ld);
-          }
-        }
+    for_each_chunk(plan, [&](int, int64_t n0, int64_t images, bool) {
+      const int64_t ld = images * plan.spatial;
+      T* dxn = dxp + n0 * plan.C * plan.in_plane;
+      if (plan.needs_columns()) std::fill(dxn, dxn + images * plan.C * plan.in_plane, T(0));
+      for (int64_t g = 0; g < plan.groups; ++g) {
+        const T* dyg = output_grad_of(plan, dyp, n0, images, g);
+        const T* wg = wp + g * plan.Kg * plan.rows;
+        T* dxg = dxn + g * plan.Cg * plan.in_plane;
+        // dcols [R, images*S] = w_gᵀ [R, Kg] @ dy_g [Kg, images*S]; direct: dcols is dx_g itself
+        T* dcols = plan.needs_columns() ? scratch<T, kColumns>(plan.rows * ld) : dxg;
+        blas_gemm<T>(true, false, plan.rows, ld, plan.Kg, wg, plan.rows, dyg, ld, T(0), dcols, ld);
+        if (!plan.needs_columns()) continue;
+        for (int64_t b = 0; b < images; ++b)
+          col2im_add(dcols + b * plan.spatial, ld, plan.geo, dxg + b * plan.C * plan.in_plane);
       }
     });
   });
@@ -270,66 +232,59 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
 // dy [N, K, OH, OW], x [N, C, H, W] → dw [K, C/g, KH, KW] (overwritten), dbias [K] (optional)
 void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
-  const ConvShape s(x, dw, dy, p);
+  const ConvPlan plan(x, dw, dy, p, num_threads_);
   dispatch_floating(dy.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     const T *dyp = dy.data<T>(), *xp = x.data<T>();
-    const ChunkPlan plan(s, sizeof(T), num_threads_);
-    const int64_t wsize = s.K * s.col_rows;
-    // Each thread accumulates its chunks into a private dW (and dbias), summed at the end.
-    std::vector<T> partial(static_cast<size_t>(plan.threads) * (wsize + s.K), T(0));
-    auto accumulate_chunk = [&](int64_t c, T* dw_t) {
-      T* db_t = dw_t + wsize;
-      const int64_t n0 = plan.first(c), nb = plan.count(c, s.N), ld = nb * s.spatial;
-      for (int64_t g = 0; g < s.groups; ++g) {
-        const T* cols = xp + (n0 * s.C + g * s.Cg) * s.H * s.W;
-        const T* dyg = dyp + (n0 * s.K + g * s.Kg) * s.spatial;
-        if (nb > 1 || !s.direct()) {
-          T* col = scratch<T, 0>(s.col_rows * ld);
-          chunk_columns(xp, s, n0, nb, g, col);
-          cols = col;
-        }
-        if (nb > 1) {
-          T* gathered = scratch<T, 1>(s.Kg * ld);
-          gather_group(dyp, s, n0, nb, g, gathered);
-          dyg = gathered;
-        }
-        // dw_g [Kg, Cg*KH*KW] += dy_g [Kg, nb*OH*OW] @ colᵀ [nb*OH*OW, Cg*KH*KW]
-        blas_gemm<T>(false, true, s.Kg, s.col_rows, ld, T(1), dyg, ld, cols, ld, T(1), dw_t + g * s.Kg * s.col_rows,
-                     s.col_rows);
-        if (dbias.defined()) {
-          for (int64_t k = 0; k < s.Kg; ++k) {
-            const T* row = dyg + k * ld;
-            T acc = 0;
-            for (int64_t i = 0; i < ld; ++i) acc += row[i];
-            db_t[g * s.Kg + k] += acc;
-          }
-        }
-      }
-    };
-    if (plan.parallel_chunks && plan.threads > 1) {
-#pragma omp parallel num_threads(plan.threads)
-      {
-        T* mine = partial.data() + omp_get_thread_num() * (wsize + s.K);
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < plan.chunks; ++c) accumulate_chunk(c, mine);
-      }
-    } else {
-      for (int64_t c = 0; c < plan.chunks; ++c) accumulate_chunk(c, partial.data());
+    const int64_t weight_size = plan.K * plan.rows;
+    const bool with_bias = dbias.defined();
+    if (plan.chunks == 0) {  // empty batch: zero gradients
+      std::fill_n(dw.data<T>(), weight_size, T(0));
+      if (with_bias) std::fill_n(dbias.data<T>(), plan.K, T(0));
+      return;
     }
-    T* dwp = dw.data<T>();
-    T* dbp = dbias.defined() ? dbias.data<T>() : nullptr;
-    for (int64_t i = 0; i < wsize; ++i) {
-      T acc = 0;
-      for (int t = 0; t < plan.threads; ++t) acc += partial[t * (wsize + s.K) + i];
-      dwp[i] = acc;
-    }
-    if (dbp) {
-      for (int64_t k = 0; k < s.K; ++k) {
-        T acc = 0;
-        for (int t = 0; t < plan.threads; ++t) acc += partial[t * (wsize + s.K) + wsize + k];
-        dbp[k] = acc;
+    // Thread t's sums: dw (its live taps when cropped) and dbias for thread 0, scratch for others.
+    std::vector<T*> dw_of(plan.threads), db_of(plan.threads);
+    for_each_chunk(plan, [&](int t, int64_t n0, int64_t images, bool first) {
+      if (first) {
+        if (t == 0) dw_of[t] = plan.cropped ? scratch<T, kCroppedWeight>(weight_size) : dw.data<T>();
+        else dw_of[t] = scratch<T, kWeightPartial>(weight_size + plan.K);
+        db_of[t] = t == 0 ? (with_bias ? dbias.data<T>() : nullptr) : dw_of[t] + weight_size;
       }
+      const int64_t ld = images * plan.spatial;
+      for (int64_t g = 0; g < plan.groups; ++g) {
+        const T* dyg = output_grad_of(plan, dyp, n0, images, g);
+        const T* cols = columns_of(plan, xp, n0, images, g);
+        // dw_g [Kg, R] (+)= dy_g [Kg, images*S] @ colsᵀ [images*S, R]
+        blas_gemm<T>(false, true, plan.Kg, plan.rows, ld, dyg, ld, cols, ld, first ? T(0) : T(1),
+                     dw_of[t] + g * plan.Kg * plan.rows, plan.rows);
+        if (!with_bias) continue;
+        T* db = db_of[t] + g * plan.Kg;
+        for (int64_t k = 0; k < plan.Kg; ++k) {
+          const T* row = dyg + k * ld;
+          T sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t i = 0; i < ld; ++i) sum += row[i];
+          db[k] = first ? sum : db[k] + sum;
+        }
+      }
+    });
+    T* dwp = dw_of[0];
+    T* dbp = with_bias ? dbias.data<T>() : nullptr;
+    if (plan.threads > 1) {
+#pragma omp parallel for num_threads(plan.threads) schedule(static)
+      for (int64_t i = 0; i < weight_size + plan.K; ++i) {
+        if (i >= weight_size && !dbp) continue;
+        T sum = 0;
+        for (int t = 1; t < plan.threads; ++t) sum += dw_of[t][i];
+        if (i < weight_size) dwp[i] += sum;
+        else dbp[i - weight_size] += sum;
+      }
+    }
+    if (plan.cropped) {  // taps that only saw padding get no gradient
+      T* full = dw.data<T>();
+      std::fill_n(full, dw.numel(), T(0));
+      for_each_live_tap(plan, [&](int64_t f, int64_t i) { full[f] = dwp[i]; });
     }
   });
 }

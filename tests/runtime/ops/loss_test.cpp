@@ -143,12 +143,11 @@ TEST_F(LossTest, CrossEntropyErrors) {
 
 #ifdef DPTRAIN_SOURCE_DIR
 TEST_F(LossTest, CrossEntropyMatchesPyTorch) {
-  const std::string dir = std::string(DPTRAIN_SOURCE_DIR) + "/tests/fixtures";
   for (const char* name : {"cross_entropy_mean", "cross_entropy_sum", "cross_entropy_ignore_mean",
                            "cross_entropy_smooth_mean", "cross_entropy_smooth_ignore_mean",
                            "cross_entropy_smooth_ignore_sum"}) {
     SCOPED_TRACE(name);
-    testing::Fixture f(dir, name);
+    testing::Fixture f(name);
     const std::string reduction = f.option("reduction");
     ASSERT_TRUE(reduction == "mean" || reduction == "sum") << reduction;
     Tensor logits = f.tensor("logits", cpu);
