@@ -6,7 +6,7 @@
 // still give BLAS a wide operand instead of a matrix-vector product per image, while a chunk's
 // scratch (columns plus one output-sized buffer) stays within ~1 MB so it lives in L2. Chunks
 // are spread over the OpenMP threads; each runs single-threaded BLAS on its own chunks. With a
-// single chunk the region runs on one thread and OpenBLAS threads the GEMM itself.
+// single chunk there is no parallel region and OpenBLAS threads the GEMM itself.
 // Outputs of a chunk are channel-major [Kg, chunk*OH*OW] and are transposed into NCHW (and dy
 // the other way) — a chunk of one image needs neither, nor any im2col when the conv is 1×1,
 // stride 1, unpadded (the image already is its column matrix).
@@ -80,6 +80,10 @@ struct ConvPlan {
 // contiguous range of chunks.
 template <typename Fn>
 void for_each_chunk(const ConvPlan& plan, Fn&& fn) {
+  if (plan.threads == 1) {  // no region at all: BLAS's own region would be nested (see gemm.cpp)
+    for (int64_t c = 0; c < plan.chunks; ++c) fn(0, c * plan.chunk, plan.images_in(c), c == 0);
+    return;
+  }
 #pragma omp parallel num_threads(plan.threads)
   {
     const int t = omp_get_thread_num(), team = omp_get_num_threads();

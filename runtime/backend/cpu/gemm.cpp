@@ -86,9 +86,17 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
     const bool batch_parallel = batch >= 2 * num_threads_ && M * N * K < (int64_t(1) << 21);
     auto one = gemm_ == CpuGemm::Eigen ? &eigen_gemm<T> : &openblas_gemm<T>;
     if (gemm_ == CpuGemm::Eigen) Eigen::setNbThreads(batch_parallel ? 1 : num_threads_);
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (batch_parallel)
-    for (int64_t i = 0; i < batch; ++i)
+    auto product = [&](int64_t i) {
       one(la, lb, M, N, K, static_cast<T>(alpha), ap + i * sa, bp + i * sb, static_cast<T>(beta), cp + i * M * N);
+    };
+    if (batch_parallel) {
+#pragma omp parallel for num_threads(num_threads_) schedule(static)
+      for (int64_t i = 0; i < batch; ++i) product(i);
+    } else {
+      // Not inside even an inactive `omp parallel ... if(false)`: BLAS's own region would then be
+      // nested, and libgomp starts fresh threads for every nested team instead of reusing its pool.
+      for (int64_t i = 0; i < batch; ++i) product(i);
+    }
   });
 }
 
