@@ -1,12 +1,30 @@
-// Timing helpers shared by the benchmarks: warm up, then the median of repeated runs.
+// Helpers shared by the benchmarks: common command-line options, and timing (warm up, then the
+// median of repeated runs).
 #pragma once
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace dp::bench {
+
+// --threads, --iters, --warmup, --only PREFIX (run the cases whose name starts with it).
+struct CommonOptions {
+  int threads = 2, iters = 20, warmup = 5;
+  std::string only;
+  bool selected(const std::string& name) const { return name.starts_with(only); }
+};
+
+inline void add_common_options(CLI::App& app, CommonOptions& o) {
+  app.add_option("--threads", o.threads, "CPU threads")->check(CLI::PositiveNumber);
+  app.add_option("--iters", o.iters, "timed iterations")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed iterations first")->check(CLI::NonNegativeNumber);
+  app.add_option("--only", o.only, "run only the cases whose name starts with this");
+}
 
 struct Timing {
   double median_ms = 0, min_ms = 0;

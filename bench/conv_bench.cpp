@@ -4,8 +4,6 @@
 // has one). JSON lines on stdout; bench/conv_reference.py prints PyTorch's figures alike.
 //   conv_bench [--threads 2] [--iters 20] [--warmup 3] [--only PREFIX]
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "bench/bench_util.h"
@@ -62,23 +60,17 @@ void report(const char* name, const char* pass, const dp::bench::Timing& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, iters = 20, warmup = 3;
-  std::string only;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app{"Convolution and pooling kernel times at SmallCNN and ResNet-18 shapes (JSON lines)", "conv_bench"};
+  dp::bench::CommonOptions opt;
+  opt.warmup = 3;
+  dp::bench::add_common_options(app, opt);
+  CLI11_PARSE(app, argc, argv);
+  const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
   dp::Runtime runtime(dp::RuntimeOptions{threads});
   dp::Device cpu = runtime.cpu();
   dp::Backend& be = cpu.backend();
   dp::Generator gen(0);
-  auto selected = [&](const char* name) { return only.empty() || std::string(name).starts_with(only); };
+  auto selected = [&](const char* name) { return opt.selected(name); };
 
   for (const ConvCase& c : kConvs) {
     if (!selected(c.name)) continue;

@@ -7,11 +7,11 @@ the input and weight gradients are timed apart). JSON lines like conv_bench.
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_reference import time_ms
 
 # name, x shape, w shape, stride, pad, bias, input_grad (as in conv_bench.cpp)
 CONVS = [
@@ -34,17 +34,6 @@ POOLS = [
     ("cnn.pool2", (128, 64, 14, 14), 2, 2, 0),
     ("rn.pool", (32, 64, 16, 16), 3, 2, 1),
 ]
-
-
-def timing(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    ms = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms), min(ms)
 
 
 def report(name, pass_, t):
@@ -70,19 +59,19 @@ def main():
             dy = torch.randn_like(F.conv2d(x, w, b, s, p))
             bias_sizes = [ws[0]] if has_bias else None
             bwd = lambda mask: conv_bwd(dy, x, w, bias_sizes, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask)
-            report(name, "forward", timing(lambda: F.conv2d(x, w, b, s, p), args.warmup, args.iters))
+            report(name, "forward", time_ms(lambda: F.conv2d(x, w, b, s, p), args.warmup, args.iters))
             if input_grad:
-                report(name, "backward_input", timing(lambda: bwd([True, False, False]), args.warmup, args.iters))
-            report(name, "backward_weight", timing(lambda: bwd([False, True, has_bias]), args.warmup, args.iters))
+                report(name, "backward_input", time_ms(lambda: bwd([True, False, False]), args.warmup, args.iters))
+            report(name, "backward_weight", time_ms(lambda: bwd([False, True, has_bias]), args.warmup, args.iters))
         for name, xs, k, s, p in POOLS:
             if not name.startswith(args.only):
                 continue
             x = torch.randn(xs)
             y, idx = F.max_pool2d(x, k, s, p, return_indices=True)
             dy = torch.randn_like(y)
-            report(name, "forward", timing(lambda: F.max_pool2d(x, k, s, p, return_indices=True), args.warmup,
+            report(name, "forward", time_ms(lambda: F.max_pool2d(x, k, s, p, return_indices=True), args.warmup,
                                            args.iters))
-            report(name, "backward", timing(
+            report(name, "backward", time_ms(
                 lambda: torch.ops.aten.max_pool2d_with_indices_backward(dy, x, [k, k], [s, s], [p, p], [1, 1], False,
                                                                         idx), args.warmup, args.iters))
 

@@ -1,8 +1,6 @@
 // f32 GEMM throughput through the CPU backend (OpenBLAS and Eigen paths), as JSON lines:
 //   gemm_bench [--threads 2] [--size 2048] [--iters 10]
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "bench/bench_util.h"
@@ -10,13 +8,14 @@
 #include "runtime/ops/creation.h"
 
 int main(int argc, char** argv) {
-  int threads = 2, iters = 10;
+  CLI::App app{"f32 GEMM n x n x n through OpenBLAS and Eigen (JSON lines)", "gemm_bench"};
+  dp::bench::CommonOptions opt;
+  opt.iters = 10;
   int64_t n = 2048;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--size")) n = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
-  }
+  dp::bench::add_common_options(app, opt);
+  app.add_option("--size", n, "matrix size n")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  const int threads = opt.threads, iters = opt.iters;
   for (dp::CpuGemm lib : {dp::CpuGemm::OpenBlas, dp::CpuGemm::Eigen}) {
     dp::CpuBackend backend(threads, lib);
     dp::Device cpu(&backend);

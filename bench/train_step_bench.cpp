@@ -1,13 +1,11 @@
 // dptrain side of the training-step benchmark (pairs with torch_reference.py): one step =
 // forward, cross-entropy, backward, SGD (momentum 0.9), zero_grad(set_to_none). Fixed random
 // inputs; warmup, then median/min over --iters. JSON lines on stdout.
-//   train_step_bench [--threads 2] [--iters 20] [--warmup 5] [--only NAME]
+//   train_step_bench [--threads 2] [--iters 20] [--warmup 5] [--only PREFIX]
 //   train_step_bench --memory-steps 1000 [--only small_cnn_b128]   (peak RSS over a long run)
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -41,23 +39,17 @@ double rss_mib() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, iters = 20, warmup = 5, memory_steps = 0;
-  std::string only;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--memory-steps")) memory_steps = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app{"Training-step time of dptrain's models (JSON lines)", "train_step_bench"};
+  dp::bench::CommonOptions opt;
+  int memory_steps = 0;
+  dp::bench::add_common_options(app, opt);
+  app.add_option("--memory-steps", memory_steps, "run this many steps and report peak RSS instead of timing");
+  CLI11_PARSE(app, argc, argv);
+  const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
   dp::Runtime runtime(dp::RuntimeOptions{threads});
   dp::Device cpu = runtime.cpu();
   for (const Case& c : kCases) {
-    if (!only.empty() && only != c.name) continue;
+    if (!opt.selected(c.name)) continue;
     dp::Generator gen(0);
     dp::ModelSpec spec;
     spec.name = c.model;
