@@ -1,0 +1,133 @@
+// The DDP reducer: averages gradients over a process group while backward is still running.
+//
+// NOTE [ Buckets ]
+// Parameters are packed into flat buckets, one dtype and device per bucket: the first holds at
+// most `first_bucket_bytes` (small, so the first all-reduce starts as early as possible), the
+// others `bucket_bytes` (PyTorch DDP's 1 MiB / 25 MiB). A parameter's .grad is a view into its
+// bucket (gradient-as-bucket-view), so the all-reduce runs on the gradients themselves with no
+// copy in either direction. When a gradient is not the view (after zero_grad(set_to_none), the
+// next backward allocates a fresh one) the ready hook copies it in and re-points .grad, as
+// PyTorch does.
+//
+// The first plan takes parameters in reverse registration order: backward reaches late layers
+// first. During the first synchronised backward the reducer records the order in which gradients
+// actually became ready; at the next prepare_for_backward() rank 0's order is broadcast and the
+// buckets are re-planned once from it, so every rank packs identically.
+//
+// NOTE [ Launch order ]
+// A bucket is ready when the grad-ready hook (runtime/autograd/engine.h) has fired for all its
+// parameters. Buckets are all-reduced strictly in index order on every rank — a ready bucket
+// waits for all lower-indexed ones — because every rank must issue the same collectives in the
+// same sequence (NOTE [ Process group contract ]), whatever order its own backward produced.
+//
+// A parameter that gets no gradient in a step never fires its hook. finish() then either treats
+// its gradient as zero (find_unused_parameters) or fails naming it: otherwise its bucket would
+// never launch on this rank while the others wait for it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "runtime/nn/module.h"
+
+namespace dp {
+
+struct ReducerOptions {
+  int64_t first_bucket_bytes = int64_t(1) << 20;
+  int64_t bucket_bytes = int64_t(25) << 20;
+  bool find_unused_parameters = false;  // zero-fill gradients that backward did not reach
+  bool replan_from_ready_order = true;  // re-plan the buckets once from the observed order
+};
+
+// What one synchronised step's communication cost, as the reducer on this rank saw it.
+struct ReducerStepStats {
+  double comm_ms = 0;      // launch of the first bucket to completion of the last
+  double exposed_ms = 0;   // spent in finish() waiting: communication backward did not hide
+  double hidden_fraction = 0;  // 1 − exposed / comm (1 when comm_ms is 0)
+  int last_bucket = -1;    // the bucket whose all-reduce completed last
+  int buckets = 0;
+  int unused_parameters = 0;
+};
+
+class Reducer {
+ public:
+  struct Bucket {
+    Tensor buffer;                 // flat, contiguous; the parameters' gradients are views of it
+    std::vector<size_t> params;    // indices into the reducer's parameter list, in packing order
+    std::vector<int64_t> offsets;  // element offset of each in `buffer`
+  };
+
+  // `params` are the model's trainable parameters (named_parameters()); the reducer registers a
+  // grad-ready hook on each. `group` must outlive the reducer.
+  Reducer(std::vector<nn::NamedTensor> params, ProcessGroup& group, ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Before each backward. sync = false for the micro-steps of gradient accumulation that must
+  // not communicate: gradients then just accumulate into the buckets.
+  void prepare_for_backward(bool sync = true);
+  // After a synchronised backward: launches what remains (see the NOTE on unused parameters),
+  // waits for every bucket and leaves the averaged gradients in .grad.
+  ReducerStepStats finish();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<nn::NamedTensor>& parameters() const { return params_; }
+  // Re-plans done so far (0 or 1).
+  int replans() const { return replans_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Slot {  // where parameter i lives
+    int bucket = -1;
+    int64_t offset = 0;
+    Tensor view;  // its gradient inside the bucket
+  };
+
+  void plan(const std::vector<size_t>& order);
+  void on_gradient_ready(size_t index);
+  void launch_ready_buckets();
+  void replan_from_rank0_order();
+
+  std::vector<nn::NamedTensor> params_;
+  ProcessGroup& group_;
+  ReducerOptions options_;
+  std::shared_ptr<bool> alive_;  // hooks outlive the reducer: they check this first
+
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+
+  // Per backward.
+  bool sync_ = false;
+  bool in_backward_ = false;
+  std::vector<char> param_ready_;
+  std::vector<int> pending_in_bucket_;
+  size_t next_to_launch_ = 0;
+  std::vector<WorkPtr> work_;
+  std::vector<Clock::time_point> launched_at_;
+
+  std::vector<size_t> ready_order_;  // recorded during the first synchronised backward
+  bool order_recorded_ = false;
+  int replans_ = 0;
+};
+
+// A 64-bit hash of the parameters' and buffers' names, shapes and dtypes, in order. Equal on
+// every rank iff they built the same model (up to collisions).
+uint64_t model_structure_hash(const nn::Module& model);
+
+// Broadcasts rank 0's parameters and buffers to every rank, after checking (one all-gather of
+// the structure hash) that all ranks built the same model; a dp::Error naming the ranks that
+// differ otherwise.
+void broadcast_model_from_rank0(nn::Module& model, ProcessGroup& group);
+
+// BatchNorm's running statistics differ across ranks (each saw its own shard). Before
+// evaluation or a checkpoint they are made equal: rank 0's copied everywhere, or floating-point
+// buffers averaged (integer ones, such as num_batches_tracked, are taken from rank 0).
+enum class BufferSync : uint8_t { Broadcast, Average };
+void sync_buffers(nn::Module& model, ProcessGroup& group, BufferSync mode);
+
+}  // namespace dp

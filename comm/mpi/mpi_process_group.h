@@ -1,0 +1,98 @@
+// MpiProcessGroup: the ProcessGroup for CPU tensors over MPI.
+//
+// NOTE [ MPI communication thread ]
+// Open MPI makes progress on a non-blocking collective only while some thread is inside MPI, so
+// MPI_Iallreduce issued from the training thread would sit idle during backward. Instead each
+// group owns one communication thread that takes submitted collectives from a queue, in
+// submission order, and runs each as a BLOCKING MPI call on the group's own communicator (a
+// duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN). That thread is the only one that calls MPI
+// for the group, from creating its communicator to freeing it. Every MPI return code is checked;
+// a failure fails that collective's Work and breaks the group (NOTE [ Process group contract ]).
+//
+// Agreement check (on by default): before each collective the ranks all-reduce a 64-bit digest
+// of (sequence number, fingerprint). When ranks disagree — different sizes, dtypes, ops, tags, or
+// a skipped collective shifting the sequence — every rank sees it, skips the collective and fails
+// its Work with each rank's fingerprint, instead of hanging or corrupting memory inside MPI. It
+// costs one 16-byte all-reduce per collective. With it off, mismatched collectives are undefined
+// behaviour in MPI.
+//
+// Float16/bfloat16 reductions: NOTE [ 16-bit sums over MPI ] in comm/mpi/mpi_reduce_ops.h.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "comm/mpi/mpi_environment.h"
+#include "comm/mpi/mpi_reduce_ops.h"
+#include "comm/process_group.h"
+
+namespace dp {
+
+struct MpiProcessGroupOptions {
+  bool check_agreement = true;  // see "Agreement check" above
+};
+
+class MpiProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over all ranks of `mpi`'s world: every rank creates its groups in the same order.
+  // `mpi` must outlive the group.
+  explicit MpiProcessGroup(MpiEnvironment& mpi, MpiProcessGroupOptions options = {});
+  // Runs every collective already submitted (the other ranks expect them), then stops the
+  // communication thread and frees the communicator.
+  ~MpiProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend_name() const override { return "mpi"; }
+
+  WorkPtr all_reduce(const Tensor& tensor, CollectiveReduce op, int64_t tag = kNoTag) override;
+  WorkPtr broadcast(const Tensor& tensor, int root, int64_t tag = kNoTag) override;
+  WorkPtr all_gather(const Tensor& input, const Tensor& output, int64_t tag = kNoTag) override;
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, CollectiveReduce op,
+                         int64_t tag = kNoTag) override;
+  WorkPtr barrier(int64_t tag = kNoTag) override;
+
+ private:
+  class MpiWork;
+  struct QueuedCollective {
+    std::shared_ptr<MpiWork> work;
+    Tensor input, output;  // held until the collective ends so their storage stays alive
+  };
+
+  WorkPtr submit(const CollectiveFingerprint& fingerprint, Tensor input, Tensor output);
+  std::string where(const char* op) const;  // "MpiProcessGroup::all_gather on rank 1 of 4"
+  // role: "tensor", "input" or "output", as the message names it.
+  void check_tensor(const char* op, const char* role, const Tensor& tensor) const;
+
+  // Communication thread.
+  void run_communication_thread(std::promise<void>& setup_done);
+  void run_collective(QueuedCollective& item);
+  void check_ranks_agree(uint64_t sequence, const CollectiveFingerprint& fingerprint);
+  void execute(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output);
+  std::string context(uint64_t sequence, const CollectiveFingerprint& fingerprint) const;
+
+  MpiEnvironment& mpi_;
+  const MpiProcessGroupOptions options_;
+  int rank_ = -1, size_ = 0;
+
+  // Owned by the communication thread once it runs.
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::optional<MpiReduceOps> reduce_ops_;
+  std::string first_failure_;  // non-empty once a collective has failed: the group is broken
+
+  std::mutex queue_mutex_;  // guards queue_ and stopping_; also orders sequence numbers
+  std::condition_variable queue_ready_;
+  std::deque<QueuedCollective> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dp
