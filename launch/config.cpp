@@ -236,6 +236,19 @@ Section<LossConfig> loss_section() {
   return {"loss", &Config::loss, {field("label_smoothing", &LossConfig::label_smoothing, fraction())}, nullptr};
 }
 
+constexpr std::array<std::string_view, 2> kCommBackends = {"auto", "mpi"};
+constexpr std::array<std::string_view, 2> kBufferSyncs = {"broadcast", "average"};
+
+Section<DistributedConfig> distributed_section() {
+  return {"distributed", &Config::distributed,
+          {field("backend", &DistributedConfig::backend, one_of(kCommBackends)),
+           field("first_bucket_mb", &DistributedConfig::first_bucket_mb, positive_number()),
+           field("bucket_mb", &DistributedConfig::bucket_mb, positive_number()),
+           field("find_unused_parameters", &DistributedConfig::find_unused_parameters, boolean()),
+           field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs))},
+          nullptr};
+}
+
 // Calls fn(section) for every section, in file order.
 template <typename Fn>
 void for_each_section(Fn&& fn) {
@@ -245,6 +258,7 @@ void for_each_section(Fn&& fn) {
   fn(optimizer_section());
   fn(schedule_section());
   fn(loss_section());
+  fn(distributed_section());
 }
 
 template <typename S>

@@ -70,6 +70,16 @@ struct LossConfig {
   double label_smoothing = 0.0;
 };
 
+// Data-parallel training (issue 3). data.batch_size is the GLOBAL batch: each of the world's
+// ranks takes batch_size / world_size of it.
+struct DistributedConfig {
+  std::string backend = "auto";        // auto (mpi for CPU tensors) | mpi
+  double first_bucket_mb = 1.0;        // the first gradient bucket is small: it starts early
+  double bucket_mb = 25.0;
+  bool find_unused_parameters = false; // zero-fill parameters a step leaves without gradient
+  std::string buffer_sync = "broadcast";  // BatchNorm statistics before evaluation: broadcast | average
+};
+
 struct Config {
   RunConfig run;
   DataConfig data;
@@ -77,6 +87,7 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   LossConfig loss;
+  DistributedConfig distributed;
 };
 
 // Loads `path` and applies overrides "section.key=value" (value parsed as YAML, so

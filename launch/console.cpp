@@ -9,6 +9,7 @@ Console::Console(std::FILE* out, bool is_terminal) : out_(out), tty_(is_terminal
 bool Console::is_terminal(std::FILE* out) { return isatty(fileno(out)) == 1; }
 
 void Console::step(const StepStatus& s) {
+  if (!out_) return;
   char text[256];
   std::snprintf(text, sizeof text, "epoch %d/%d  step %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s", s.epoch,
                 s.epochs, static_cast<long long>(s.step), static_cast<long long>(s.steps), s.loss, s.lr,
@@ -27,6 +28,7 @@ void Console::step(const StepStatus& s) {
 }
 
 void Console::line(const std::string& text) {
+  if (!out_) return;
   if (progress_open_) {
     std::fputc('\n', out_);
     progress_open_ = false;

@@ -19,6 +19,7 @@ struct StepStatus {
 
 class Console {
  public:
+  // out == nullptr: a silent console (every rank but 0 of a distributed run).
   Console(std::FILE* out, bool is_terminal);
   // True when `out` is a terminal.
   static bool is_terminal(std::FILE* out);

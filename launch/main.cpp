@@ -1,8 +1,14 @@
-// dptrain: train a model from a YAML recipe.
+// dptrain: train a model from a YAML recipe, on one process or data-parallel over many.
 //   dptrain --config configs/fashion_mnist.yaml [--set section.key=value ...] [--print-config]
+//   mpirun -np 4 dptrain --config ...      srun -n 4 dptrain --config ...   (Slurm with PMIx)
 #include <cstdio>
 #include <exception>
+#include <memory>
+#include <string>
 
+#include "comm/mpi/mpi_environment.h"
+#include "comm/mpi/mpi_process_group.h"
+#include "comm/world.h"
 #include "launch/cli.h"
 #include "launch/config.h"
 #include "launch/console.h"
@@ -11,32 +17,75 @@
 #include "runtime/core/error.h"
 #include "runtime/core/runtime.h"
 
+namespace {
+
+// Whether the launcher started several processes, checked before MPI_Init: Open MPI aborts
+// inside MPI_Init when srun starts it without PMIx, before we could say why.
+bool launched_as_many_ranks(const dp::LauncherEnv& launcher, const dp::EnvMap& env) {
+  if (launcher.launcher == "slurm" && launcher.size.value_or(1) > 1) {
+    DP_CHECK(env.count("PMIX_RANK") || env.count("OMPI_COMM_WORLD_RANK"),
+             "started by srun as rank ", launcher.rank.value_or(0), " of ", launcher.size.value_or(1),
+             " without PMIx (", launcher.size_var, " is set but PMIX_RANK is not), so MPI cannot connect the "
+             "ranks: launch with `srun --mpi=pmix ...` (or set MpiDefault=pmix in slurm.conf)");
+  }
+  if (launcher.launcher == "pmix") return true;  // PMIx gives no size in the environment
+  return launcher.size.value_or(1) > 1 || launcher.launcher == "openmpi";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::variant<dp::CliArgs, int> parsed = dp::parse_cli(argc, argv);
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   const dp::CliArgs& args = std::get<dp::CliArgs>(parsed);
+  int rank = 0, world_size = 1;
+  // Outside the try: on an error the catch must run before the group's destructor, which would
+  // wait for collectives the other ranks may never join.
+  std::unique_ptr<dp::MpiEnvironment> mpi;
+  std::unique_ptr<dp::MpiProcessGroup> group;
   try {
     const dp::Config config = dp::load_config(args.config_path, args.overrides);
     if (args.print_config) {
       std::fputs(dp::to_yaml(config).c_str(), stdout);
       return 0;
     }
-    dp::Console console(stdout, dp::Console::is_terminal(stdout));
+    const dp::EnvMap env = dp::process_environment();
+    const dp::LauncherEnv launcher = dp::parse_launcher_env(env);
+    if (launched_as_many_ranks(launcher, env)) {
+      mpi = std::make_unique<dp::MpiEnvironment>(&argc, &argv);
+      const dp::World world = dp::discover_world(*mpi, env);
+      rank = world.rank;
+      world_size = world.size;
+    }
+    dp::Runtime runtime(dp::RuntimeOptions{static_cast<int>(config.run.threads)});
+    if (world_size > 1) {
+      group = std::make_unique<dp::MpiProcessGroup>(*mpi);
+      dp::check_same_config_on_every_rank(config, *group, runtime.cpu());
+    }
+    // Only rank 0 prints and writes files.
+    dp::Console console(rank == 0 ? stdout : nullptr, rank == 0 && dp::Console::is_terminal(stdout));
     console.line("dptrain 0.1.0 — resolved configuration (" + args.config_path + "):");
     console.line(dp::to_yaml(config));
-    dp::Runtime runtime(dp::RuntimeOptions{static_cast<int>(config.run.threads)});
-    dp::MetricsLog metrics(dp::prepare_metrics_path(config));
-    dp::TrainReport report = dp::train(config, runtime, console, &metrics);
-    char line[160];
-    std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB, metrics in %s",
-                  static_cast<long long>(report.steps), report.peak_rss_mib, metrics.path().c_str());
+    std::unique_ptr<dp::MetricsLog> metrics;
+    if (rank == 0) metrics = std::make_unique<dp::MetricsLog>(dp::prepare_metrics_path(config));
+    dp::TrainReport report = dp::train(config, runtime, console, metrics.get(), group.get());
+    char line[200];
+    std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB%s, metrics in %s",
+                  static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
+                  metrics ? metrics->path().c_str() : "-");
     console.line(line);
+    group.reset();
     return 0;
-  } catch (const dp::Error& e) {
-    std::fprintf(stderr, "dptrain: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dptrain: unexpected error: %s\n", e.what());
-    return 2;
+    const bool ours = dynamic_cast<const dp::Error*>(&e) != nullptr;
+    if (world_size > 1) {
+      std::fprintf(stderr, "dptrain: %serror on rank %d of %d: %s\n", ours ? "" : "unexpected ", rank, world_size,
+                   e.what());
+      std::fflush(stderr);
+      // The other ranks may be waiting in a collective this rank will never join: end them all.
+      MPI_Abort(MPI_COMM_WORLD, ours ? 1 : 2);
+    }
+    std::fprintf(stderr, "dptrain: %serror: %s\n", ours ? "" : "unexpected ", e.what());
+    return ours ? 1 : 2;
   }
 }

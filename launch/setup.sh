@@ -9,7 +9,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   libeigen3-dev libyaml-cpp-dev libopenblas-openmp-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin slurm-wlm munge
   dataset-fashion-mnist
 )
 missing=()

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/ddp/reducer.h"
 #include "launch/step_profiler.h"
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
@@ -86,12 +88,25 @@ std::string fresh_path(const std::filesystem::path& p) {
   return p.string();
 }
 
+// The training loader of a distributed run takes this rank's shard (disjoint across ranks each
+// epoch) in batches of batch_size / world_size.
 std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig& d, Device cpu, bool train,
-                                        uint64_t seed) {
+                                        uint64_t seed, int rank = 0, int world_size = 1) {
   std::unique_ptr<Sampler> sampler;
-  if (train && d.shuffle) sampler = std::make_unique<RandomSampler>(dataset.size(), seed);
-  else sampler = std::make_unique<SequentialSampler>(dataset.size());
-  const int64_t batch = train ? d.batch_size : d.eval_batch_size;
+  if (train && world_size > 1) {
+    DistributedSamplerOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.shuffle = d.shuffle;
+    o.seed = seed;
+    o.drop_last = d.drop_last;
+    sampler = std::make_unique<DistributedSampler>(dataset.size(), o);
+  } else if (train && d.shuffle) {
+    sampler = std::make_unique<RandomSampler>(dataset.size(), seed);
+  } else {
+    sampler = std::make_unique<SequentialSampler>(dataset.size());
+  }
+  const int64_t batch = train ? d.batch_size / world_size : d.eval_batch_size;
   auto batches = std::make_unique<FixedSizeBatchSampler>(std::move(sampler), batch, train && d.drop_last);
   DataLoaderOptions options;
   options.num_threads = static_cast<int>(d.loader_threads);
@@ -99,17 +114,59 @@ std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig
   return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
 }
 
+// Sum over ranks of a few doubles (rank-0 reporting of whole-run figures).
+std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu) {
+  if (!group || group->size() == 1) return values;
+  Tensor t = from_vector<double>(values, {static_cast<int64_t>(values.size())}, cpu);
+  group->all_reduce(t, CollectiveReduce::Sum)->wait();
+  return t.to_vector<double>();
+}
+
 }  // namespace
 
-TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics) {
+void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, Device cpu) {
+  const std::string text = to_yaml(config);
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the resolved config
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  Tensor mine = from_vector<int64_t>({static_cast<int64_t>(h)}, {1}, cpu);
+  Tensor all = empty({group.size()}, kInt64, cpu);
+  group.all_gather(mine, all)->wait();
+  const std::vector<int64_t> hashes = all.to_vector<int64_t>();
+  std::string differ;
+  for (int r = 1; r < group.size(); ++r)
+    if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  DP_CHECK(differ.empty(), "rank(s) ", differ, " resolved a different configuration from rank 0 (config file or --set "
+           "overrides differ between ranks); every rank must run the same recipe");
+}
+
+// NOTE [ Distributed runs ]
+// Every rank builds the same model from the same seed; rank 0's parameters and buffers are then
+// broadcast (after a check that all ranks built the same structure). Each step a rank trains on
+// its shard of the global batch; the Reducer (comm/ddp/reducer.h) averages the gradients,
+// overlapping bucket all-reduces with backward, so the optimiser sees the same gradient on
+// every rank and the replicas stay equal. The "comm" phase of the step profile is the exposed
+// communication: the wait in Reducer::finish() after backward. Before evaluating, BatchNorm
+// buffers are made equal (distributed.buffer_sync) and rank 0 evaluates the whole test set; only
+// rank 0 prints and writes files.
+TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
+                  ProcessGroup* group) {
   const Device device = runtime.device(config.run.device);
   const Device cpu = runtime.cpu();
+  const int world_size = group ? group->size() : 1, rank = group ? group->rank() : 0;
+  if (world_size > 1) {
+    DP_CHECK(config.data.batch_size % world_size == 0, "data.batch_size ", config.data.batch_size,
+             " is the global batch and must be divisible by the world size ", world_size, " (each rank takes ",
+             "batch_size / world_size); choose a multiple of ", world_size);
+    DP_CHECK(device.is_cpu(), "distributed training on ", device.str(),
+             " needs the NCCL backend, which is not built yet: use run.device: cpu");
+  }
 
   // ---- Data ----
   const Normalization norm{config.data.mean, config.data.std};
   FashionMnist train_set(config.data.root, Split::Train, norm);
   FashionMnist test_set(config.data.root, Split::Test, norm);
-  std::unique_ptr<DataLoader> train_loader = make_loader(train_set, config.data, cpu, true, config.run.seed);
+  std::unique_ptr<DataLoader> train_loader =
+      make_loader(train_set, config.data, cpu, true, config.run.seed, rank, world_size);
   std::unique_ptr<DataLoader> test_loader = make_loader(test_set, config.data, cpu, false, config.run.seed);
 
   // ---- Model, optimiser, schedule ----
@@ -123,6 +180,15 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   spec.dropout = config.model.dropout;
   std::shared_ptr<nn::Module> model = build_model(spec, device, init_gen);
   model->train();
+  std::unique_ptr<Reducer> reducer;
+  if (world_size > 1) {
+    broadcast_model_from_rank0(*model, *group);
+    ReducerOptions ro;
+    ro.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mb * (1 << 20));
+    ro.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
+    ro.find_unused_parameters = config.distributed.find_unused_parameters;
+    reducer = std::make_unique<Reducer>(model->named_parameters(), *group, ro);
+  }
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
 
@@ -142,11 +208,15 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
     os << "model " << config.model.name << ": " << num_params << " parameters on " << device.str() << "; "
        << train_set.size() << " training / " << test_set.size() << " test samples, " << steps_per_epoch
        << " steps per epoch";
+    if (world_size > 1)
+      os << "\ndata-parallel over " << world_size << " ranks (" << group->backend_name() << "): batch "
+         << config.data.batch_size / world_size << " per rank, " << reducer->buckets().size() << " gradient buckets";
     console.line(os.str());
   }
   if (metrics)
     metrics->write({{"event", "start"}, {"model", config.model.name}, {"parameters", num_params},
-                    {"device", device.str()}, {"threads", config.run.threads}, {"steps_per_epoch", steps_per_epoch}});
+                    {"device", device.str()}, {"threads", config.run.threads}, {"steps_per_epoch", steps_per_epoch},
+                    {"world_size", world_size}});
 
   // On a terminal the progress line is redrawn often; in a log, every log_every steps.
   const int64_t report_every =
@@ -154,6 +224,10 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
 
   TrainReport report;
   StepProfiler profiler;
+  // Communication over the run and since the last report (distributed runs).
+  double run_comm_ms = 0, run_exposed_ms = 0, window_comm_ms = 0, window_exposed_ms = 0;
+  int64_t synced_steps = 0, window_synced = 0;
+  std::map<int, int64_t> last_bucket_counts;
   int64_t step = 0;
   bool stop = false;
   for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
@@ -176,7 +250,19 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       Tensor logits = model->forward(images);
       Tensor loss = cross_entropy(logits, labels, Reduction::Mean, -100, config.loss.label_smoothing);
       profiler.begin(Phase::Backward);
+      if (reducer) reducer->prepare_for_backward(/*sync=*/true);
       loss.backward();
+      if (reducer) {
+        profiler.begin(Phase::Comm);
+        const ReducerStepStats cs = reducer->finish();
+        run_comm_ms += cs.comm_ms;
+        run_exposed_ms += cs.exposed_ms;
+        window_comm_ms += cs.comm_ms;
+        window_exposed_ms += cs.exposed_ms;
+        ++synced_steps;
+        ++window_synced;
+        ++last_bucket_counts[cs.last_bucket];
+      }
       profiler.begin(Phase::Optimizer);
       optimizer.set_lr(lr);
       optimizer.step();
@@ -203,7 +289,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
         s.step = step_in_epoch;
         s.steps = steps_per_epoch;
         s.loss = window_loss.item<double>() / static_cast<double>(window_steps);
-        s.samples_per_second = static_cast<double>(window_samples) / seconds_since(window_start);
+        s.samples_per_second = static_cast<double>(window_samples * world_size) / seconds_since(window_start);
         s.lr = lr;
         console.step(s);
         if (metrics && (step_in_epoch % config.run.log_every == 0 || stop)) {
@@ -211,9 +297,16 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
           for (int p = 0; p < static_cast<int>(Phase::kCount); ++p)
             phases[phase_name(static_cast<Phase>(p))] =
                 1e3 * profiler.seconds(static_cast<Phase>(p)) / static_cast<double>(profiler.steps());
-          metrics->write({{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", lr},
-                          {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}});
+          nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", lr},
+                                {"samples_per_second", s.samples_per_second * world_size}, {"ms_per_step", phases}};
+          if (window_synced > 0)
+            rec["comm"] = {{"comm_ms", window_comm_ms / window_synced},
+                           {"exposed_ms", window_exposed_ms / window_synced},
+                           {"hidden_pct", window_comm_ms > 0 ? 100.0 * (1.0 - window_exposed_ms / window_comm_ms) : 100.0}};
+          metrics->write(rec);
         }
+        window_comm_ms = window_exposed_ms = 0;
+        window_synced = 0;
         window_loss = zeros({}, kFloat32, device);
         window_steps = window_samples = 0;
         window_start = Clock::now();
@@ -224,10 +317,20 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
     EpochReport e;
     e.epoch = epoch;
     e.train_seconds = seconds_since(epoch_start);
-    e.train_loss = epoch_loss.item<double>() / static_cast<double>(std::max<int64_t>(step_in_epoch, 1));
-    e.samples_per_second = static_cast<double>(epoch_samples) / e.train_seconds;
+    // Mean over ranks of each rank's mean loss; samples counted over all ranks.
+    const std::vector<double> totals = sum_over_ranks(
+        group, {epoch_loss.item<double>() / static_cast<double>(std::max<int64_t>(step_in_epoch, 1)),
+                static_cast<double>(epoch_samples)},
+        cpu);
+    e.train_loss = totals[0] / world_size;
+    e.samples_per_second = totals[1] / e.train_seconds;
     Evaluation eval;
-    if (config.run.eval_every_epoch || epoch == config.run.epochs || stop) eval = evaluate(*model, *test_loader, device);
+    if (config.run.eval_every_epoch || epoch == config.run.epochs || stop) {
+      if (world_size > 1)
+        sync_buffers(*model, *group,
+                     config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
+      if (rank == 0) eval = evaluate(*model, *test_loader, device);
+    }
     e.test_loss = eval.loss;
     e.test_accuracy = eval.accuracy;
     report.epochs.push_back(e);
@@ -259,7 +362,30 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   }
   report.steps = step;
   report.peak_rss_mib = peak_rss_mib();
-  if (metrics) metrics->write({{"event", "end"}, {"steps", step}, {"peak_rss_mib", report.peak_rss_mib}});
+  if (synced_steps > 0) {
+    CommReport& c = report.comm;
+    c.comm_ms = run_comm_ms / synced_steps;
+    c.exposed_ms = run_exposed_ms / synced_steps;
+    c.hidden_fraction = run_comm_ms > 0 ? 1.0 - run_exposed_ms / run_comm_ms : 1.0;
+    c.buckets = static_cast<int>(reducer->buckets().size());
+    int64_t best = -1;
+    for (const auto& [bucket, count] : last_bucket_counts)
+      if (count > best) best = count, c.most_often_last_bucket = bucket;
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "communication: %.2f ms/step, %.2f ms exposed (%.1f %% hidden behind backward); "
+                  "last bucket to finish: %d of %d (most often)",
+                  c.comm_ms, c.exposed_ms, 100.0 * c.hidden_fraction, c.most_often_last_bucket, c.buckets);
+    console.line(line);
+  }
+  if (metrics) {
+    nlohmann::json rec = {{"event", "end"}, {"steps", step}, {"peak_rss_mib", report.peak_rss_mib}};
+    if (synced_steps > 0)
+      rec["comm"] = {{"comm_ms", report.comm.comm_ms}, {"exposed_ms", report.comm.exposed_ms},
+                     {"hidden_pct", 100.0 * report.comm.hidden_fraction},
+                     {"most_often_last_bucket", report.comm.most_often_last_bucket}};
+    metrics->write(rec);
+  }
   return report;
 }
 

@@ -9,6 +9,7 @@
 #include "launch/config.h"
 #include "launch/console.h"
 #include "launch/metrics_log.h"
+#include "comm/process_group.h"
 #include "runtime/core/runtime.h"
 
 namespace dp {
@@ -22,14 +23,29 @@ struct EpochReport {
   double test_accuracy = 0;  // fraction; NaN when not evaluated
 };
 
+struct CommReport {  // averages over the synchronised steps of a distributed run
+  double comm_ms = 0, exposed_ms = 0;  // per step
+  double hidden_fraction = 0;          // 1 − exposed / comm over the whole run
+  int most_often_last_bucket = -1;     // the bucket that most often finished last
+  int buckets = 0;
+};
+
 struct TrainReport {
   std::vector<EpochReport> epochs;
   int64_t steps = 0;
   double peak_rss_mib = 0;
+  CommReport comm;  // zeros when not distributed
 };
 
-// Runs config's recipe on `runtime`; `metrics` may be null. Throws dp::Error on bad input.
-TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics);
+// Runs config's recipe on `runtime`; `metrics` may be null. With a `group` of more than one rank
+// the run is data-parallel (NOTE [ Distributed runs ] in trainer.cpp); every rank calls train().
+// Throws dp::Error on bad input.
+TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
+                  ProcessGroup* group = nullptr);
+
+// Checks that every rank of `group` resolved the same configuration (one all-gather of a hash);
+// a dp::Error naming the ranks that differ from rank 0 otherwise.
+void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, Device cpu);
 
 // output_dir/metrics_file; an existing file there is kept under a timestamped name first.
 std::string prepare_metrics_path(const Config& config);

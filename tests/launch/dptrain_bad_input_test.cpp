@@ -1,35 +1,23 @@
 // End-to-end: the dptrain program given bad input prints one clear message and exits non-zero.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "common/run_program.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr
-};
+using Result = dp::testing::ProgramResult;
 
 Result run_dptrain(const std::string& args) {
-  const std::string cmd = std::string(DPTRAIN_BINARY_DIR) + "/launch/dptrain " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return dp::testing::run_program(dp::testing::dptrain_binary() + " " + args);
 }
 
 class BadInput : public ::testing::Test {
