@@ -1,6 +1,7 @@
 #include "comm/collective_log.h"
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 
 namespace dp {
 
@@ -46,14 +47,9 @@ std::string CollectiveFingerprint::str() const {
 }
 
 uint64_t collective_digest(uint64_t sequence, const CollectiveFingerprint& fp) {
-  // FNV-1a over the fields, one 64-bit word each (field by field: struct padding is not hashed).
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&h](uint64_t word) {
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (word >> (8 * byte)) & 0xffu;
-      h *= 0x100000001b3ull;
-    }
-  };
+  // One 64-bit word per field: struct padding is not hashed.
+  Fnv1a h;
+  auto mix = [&h](uint64_t word) { h.word(word); };
   mix(sequence);
   mix(static_cast<uint64_t>(fp.op));
   mix(static_cast<uint64_t>(fp.reduce));
@@ -61,7 +57,7 @@ uint64_t collective_digest(uint64_t sequence, const CollectiveFingerprint& fp) {
   mix(static_cast<uint64_t>(fp.count));
   mix(static_cast<uint64_t>(static_cast<int64_t>(fp.root)));
   mix(static_cast<uint64_t>(fp.tag));
-  return h;
+  return h.value();
 }
 
 CollectiveLog::CollectiveLog(size_t capacity) : capacity_(capacity) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/ddp/reducer.h"
+#include "runtime/core/hash.h"
 #include "launch/step_profiler.h"
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
@@ -126,8 +127,7 @@ std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> valu
 
 void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, Device cpu) {
   const std::string text = to_yaml(config);
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the resolved config
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  const uint64_t h = Fnv1a().text(text).value();
   Tensor mine = from_vector<int64_t>({static_cast<int64_t>(h)}, {1}, cpu);
   Tensor all = empty({group.size()}, kInt64, cpu);
   group.all_gather(mine, all)->wait();

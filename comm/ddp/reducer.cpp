@@ -6,6 +6,7 @@
 
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/ops/creation.h"
 
 namespace dp {
@@ -16,21 +17,11 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// FNV-1a over the bytes of one value.
-void hash_bytes(uint64_t& h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-}
-
-void hash_entries(uint64_t& h, const std::vector<nn::NamedTensor>& entries) {
-  const uint64_t count = entries.size();
-  hash_bytes(h, &count, sizeof count);
+void hash_entries(Fnv1a& h, const std::vector<nn::NamedTensor>& entries) {
+  h.word(entries.size());
   for (const auto& [name, t] : entries) {
-    hash_bytes(h, name.data(), name.size() + 1);
-    const auto dtype = static_cast<uint8_t>(t.dtype());
-    hash_bytes(h, &dtype, 1);
-    for (int64_t d : t.shape()) hash_bytes(h, &d, sizeof d);
-    hash_bytes(h, "|", 1);
+    h.text(name).word(static_cast<uint64_t>(t.dtype())).word(static_cast<uint64_t>(t.dim()));
+    for (int64_t d : t.shape()) h.word(static_cast<uint64_t>(d));
   }
 }
 
@@ -236,10 +227,10 @@ void Reducer::replan_from_rank0_order() {
 }
 
 uint64_t model_structure_hash(const nn::Module& model) {
-  uint64_t h = 0xcbf29ce484222325ull;
+  Fnv1a h;
   hash_entries(h, model.named_parameters());
   hash_entries(h, model.named_buffers());
-  return h;
+  return h.value();
 }
 
 void broadcast_model_from_rank0(nn::Module& model, ProcessGroup& group) {

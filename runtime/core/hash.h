@@ -1,0 +1,31 @@
+// FNV-1a, 64-bit: a small, stable hash for checks across ranks (same model, same config, same
+// collective). Stable means identical on every machine and build, unlike std::hash.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace dp {
+
+class Fnv1a {
+ public:
+  Fnv1a& bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ull;
+    return *this;
+  }
+  // Little-endian bytes of the value, so the digest does not depend on struct layout or padding.
+  Fnv1a& word(uint64_t v) {
+    for (int b = 0; b < 8; ++b) h_ = (h_ ^ ((v >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+    return *this;
+  }
+  // The text and a terminator, so ("ab", "c") and ("a", "bc") differ.
+  Fnv1a& text(std::string_view s) { return bytes(s.data(), s.size()).word(0xff); }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace dp
