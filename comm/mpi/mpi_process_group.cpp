@@ -5,9 +5,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "comm/mpi/mpi_check.h"
+#include "comm/mpi/wire_fingerprint.h"
 
 namespace dp {
 
@@ -45,15 +47,6 @@ class MpiProcessGroup::MpiWork final : public Work {
 
 namespace {
 
-// One rank's view of a collective, exchanged when ranks disagree (fixed layout, sent as bytes).
-struct WireFingerprint {
-  uint64_t sequence;
-  int64_t count;
-  int64_t tag;
-  int32_t root;
-  uint8_t op, reduce, dtype, unused;
-};
-
 bool bytes_overlap(const Tensor& a, const Tensor& b) {
   auto* a0 = static_cast<const char*>(a.raw_data());
   auto* b0 = static_cast<const char*>(b.raw_data());
@@ -66,6 +59,8 @@ int as_mpi_count(int64_t count) { return static_cast<int>(count); }  // range ch
 
 MpiProcessGroup::MpiProcessGroup(MpiEnvironment& mpi, MpiProcessGroupOptions options)
     : mpi_(mpi), options_(options) {
+  DP_CHECK(options_.watchdog_timeout.count() >= 0, "MpiProcessGroup: watchdog_timeout must be "
+           "positive, or zero to disable the watchdog (got ", options_.watchdog_timeout.count(), " ms)");
   mpi_.add_process_group();
   // Shared with the thread: it may still be inside set_value() when this constructor returns.
   auto setup_done = std::make_shared<std::promise<void>>();
@@ -78,16 +73,31 @@ MpiProcessGroup::MpiProcessGroup(MpiEnvironment& mpi, MpiProcessGroupOptions opt
     mpi_.remove_process_group();
     throw;
   }
+  if (options_.watchdog_timeout.count() > 0) {
+    try {
+      watchdog_ = std::make_unique<MpiWatchdog>(std::exchange(watchdog_comm_, MPI_COMM_NULL), rank_, size_,
+                                                options_.watchdog_timeout);
+    } catch (...) {
+      stop_communication_thread();
+      mpi_.remove_process_group();
+      throw;
+    }
+  }
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
+  stop_communication_thread();  // still watched: what it runs now may hang like any collective
+  watchdog_.reset();
+  mpi_.remove_process_group();
+}
+
+void MpiProcessGroup::stop_communication_thread() {
   {
     std::lock_guard lock(queue_mutex_);
     stopping_ = true;
   }
   queue_ready_.notify_one();
   thread_.join();
-  mpi_.remove_process_group();
 }
 
 // ---- Submission (any thread) ----------------------------------------------------------------
@@ -114,6 +124,7 @@ WorkPtr MpiProcessGroup::submit(const CollectiveFingerprint& fingerprint, Tensor
     // One lock for numbering and queueing, so the queue is in sequence order.
     std::lock_guard lock(queue_mutex_);
     uint64_t sequence = log_.append(fingerprint);
+    if (watchdog_) watchdog_->issued(sequence, fingerprint);
     work = std::make_shared<MpiWork>(sequence, fingerprint);
     queue_.push_back({work, std::move(input), std::move(output)});
   }
@@ -185,9 +196,19 @@ void MpiProcessGroup::run_communication_thread(std::promise<void>& setup_done) {
     check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", "MpiProcessGroup");
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", "MpiProcessGroup");
     check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", "MpiProcessGroup");
+    // The watchdog calls MPI from its own thread, which needs MPI_THREAD_MULTIPLE; with less it
+    // gets no communicator and only aborts (NOTE [ MPI watchdog ]).
+    if (options_.watchdog_timeout.count() > 0 && mpi_.thread_level() >= MPI_THREAD_MULTIPLE) {
+      check_mpi(MPI_Comm_dup(comm_, &watchdog_comm_), "MPI_Comm_dup",
+                "MpiProcessGroup: creating the watchdog's communicator");
+      check_mpi(MPI_Comm_set_errhandler(watchdog_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+                "MpiProcessGroup: the watchdog's communicator");
+    }
     reduce_ops_.emplace();
   } catch (...) {
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);  // best effort: already failing
+    // Best effort: already failing.
+    if (watchdog_comm_ != MPI_COMM_NULL) MPI_Comm_free(&watchdog_comm_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     setup_done.set_exception(std::current_exception());
     return;
   }
@@ -221,6 +242,7 @@ void MpiProcessGroup::run_collective(QueuedCollective& item) {
   const uint64_t sequence = item.work->sequence();
   const CollectiveFingerprint& fingerprint = item.work->fingerprint();
   log_.set_state(sequence, CollectiveState::Running);
+  if (watchdog_) watchdog_->started(sequence, fingerprint);
   std::string error;
   if (!first_failure_.empty()) {
     error = detail::concat(context(sequence, fingerprint), ": not run, the group is broken by an "
@@ -235,6 +257,7 @@ void MpiProcessGroup::run_collective(QueuedCollective& item) {
     }
   }
   log_.set_state(sequence, error.empty() ? CollectiveState::Completed : CollectiveState::Failed);
+  if (watchdog_) watchdog_->finished(sequence);
   item.input = Tensor();
   item.output = Tensor();
   item.work->finish(std::move(error));
@@ -249,9 +272,7 @@ void MpiProcessGroup::check_ranks_agree(uint64_t sequence, const CollectiveFinge
             "checking that all ranks issue this collective");
   if (maxima[0] == digest && maxima[1] == ~digest) return;
 
-  WireFingerprint mine{sequence, fingerprint.count, fingerprint.tag, fingerprint.root,
-                       static_cast<uint8_t>(fingerprint.op), static_cast<uint8_t>(fingerprint.reduce),
-                       static_cast<uint8_t>(fingerprint.dtype), 0};
+  const WireFingerprint mine = WireFingerprint::from(sequence, fingerprint);
   std::vector<WireFingerprint> all(static_cast<size_t>(size_));
   check_mpi(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
             "MPI_Allgather", "gathering every rank's collective after they disagreed");
@@ -259,9 +280,7 @@ void MpiProcessGroup::check_ranks_agree(uint64_t sequence, const CollectiveFinge
                         "collectives in the same order); each rank's:";
   for (int r = 0; r < size_; ++r) {
     const WireFingerprint& w = all[static_cast<size_t>(r)];
-    CollectiveFingerprint theirs{static_cast<CollectiveOp>(w.op), static_cast<CollectiveReduce>(w.reduce),
-                                 static_cast<DType>(w.dtype), w.count, w.root, w.tag};
-    message += detail::concat("\n  rank ", r, ": #", w.sequence, " ", theirs.str(),
+    message += detail::concat("\n  rank ", r, ": #", w.sequence, " ", w.fingerprint().str(),
                               r == rank_ ? "  <- this rank" : "");
   }
   throw Error(message);

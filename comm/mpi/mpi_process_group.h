@@ -6,7 +6,9 @@
 // group owns one communication thread that takes submitted collectives from a queue, in
 // submission order, and runs each as a BLOCKING MPI call on the group's own communicator (a
 // duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN). That thread is the only one that calls MPI
-// for the group, from creating its communicator to freeing it. Every MPI return code is checked;
+// for the group's collectives, from creating its communicator to freeing it; the group's watchdog
+// (NOTE [ MPI watchdog ] in comm/mpi/mpi_watchdog.h) talks on a communicator of its own, which the
+// communication thread creates in the same order on every rank. Every MPI return code is checked;
 // a failure fails that collective's Work and breaks the group (NOTE [ Process group contract ]).
 //
 // Agreement check (on by default): before each collective the ranks all-reduce a 64-bit digest
@@ -21,6 +23,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -32,12 +35,16 @@
 
 #include "comm/mpi/mpi_environment.h"
 #include "comm/mpi/mpi_reduce_ops.h"
+#include "comm/mpi/mpi_watchdog.h"
 #include "comm/process_group.h"
 
 namespace dp {
 
 struct MpiProcessGroupOptions {
   bool check_agreement = true;  // see "Agreement check" above
+  // A collective inside MPI for longer than this aborts the job, naming the ranks that stopped
+  // making progress (NOTE [ MPI watchdog ]). Zero disables the watchdog.
+  std::chrono::milliseconds watchdog_timeout = std::chrono::seconds(300);
 };
 
 class MpiProcessGroup final : public ProcessGroup {
@@ -72,6 +79,8 @@ class MpiProcessGroup final : public ProcessGroup {
   // role: "tensor", "input" or "output", as the message names it.
   void check_tensor(const char* op, const char* role, const Tensor& tensor) const;
 
+  void stop_communication_thread();  // after running everything submitted
+
   // Communication thread.
   void run_communication_thread(std::promise<void>& setup_done);
   void run_collective(QueuedCollective& item);
@@ -85,6 +94,7 @@ class MpiProcessGroup final : public ProcessGroup {
 
   // Owned by the communication thread once it runs.
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm watchdog_comm_ = MPI_COMM_NULL;  // created there, then handed to watchdog_
   std::optional<MpiReduceOps> reduce_ops_;
   std::string first_failure_;  // non-empty once a collective has failed: the group is broken
 
@@ -93,6 +103,8 @@ class MpiProcessGroup final : public ProcessGroup {
   std::deque<QueuedCollective> queue_;
   bool stopping_ = false;
   std::thread thread_;
+  // Set before the first submission, reset after the communication thread has stopped.
+  std::unique_ptr<MpiWatchdog> watchdog_;
 };
 
 }  // namespace dp

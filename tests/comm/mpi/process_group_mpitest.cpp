@@ -7,9 +7,11 @@
 // others waiting in a collective.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi/mpi_check.h"
@@ -394,6 +396,33 @@ TEST_F(MpiProcessGroupTest, TwoGroupsRunSideBySide) {
     EXPECT_EQ(twos[k].to_vector<float>(), std::vector<float>(64, 2.0f));
   }
   EXPECT_EQ(second.log().next_sequence(), 50u);
+}
+
+// The watchdog (NOTE [ MPI watchdog ]) times a collective while it runs: neither idle time between
+// collectives nor a rank that is late but within the timeout sets it off. Its firing path aborts
+// the job, so that is tested by tests/comm/fault (ctest -R comm_fault).
+TEST_F(MpiProcessGroupTest, WatchdogIgnoresIdleTimeAndLateButTimelyRanks) {
+  using namespace std::chrono_literals;
+  group_.reset();  // one group at a time, should MPI lack MPI_THREAD_MULTIPLE
+  MpiProcessGroup watched(testing::test_mpi(), {.watchdog_timeout = 1000ms});
+  Tensor t = tensor(std::vector<float>{1.0f});
+  std::this_thread::sleep_for(1500ms);  // nothing submitted, longer than the timeout
+  for (int k = 0; k < 3; ++k) {
+    if (watched.rank() == 0) std::this_thread::sleep_for(200ms);  // the others wait inside MPI
+    watched.all_reduce(t, CollectiveReduce::Sum)->wait();
+  }
+  const float n = static_cast<float>(watched.size());
+  EXPECT_EQ(t.item<float>(), n * n * n);
+}
+
+TEST_F(MpiProcessGroupTest, NegativeWatchdogTimeoutIsRefused) {
+  const MpiProcessGroupOptions negative{.watchdog_timeout = std::chrono::milliseconds(-1)};
+  EXPECT_ERROR_CONTAINS(MpiProcessGroup(testing::test_mpi(), negative),
+                        "watchdog_timeout must be positive, or zero to disable the watchdog (got -1 ms)");
+  MpiProcessGroup unwatched(testing::test_mpi(), {.watchdog_timeout = std::chrono::milliseconds(0)});
+  Tensor t = tensor(std::vector<float>{1.0f});
+  unwatched.all_reduce(t, CollectiveReduce::Sum)->wait();
+  EXPECT_EQ(t.item<float>(), static_cast<float>(unwatched.size()));
 }
 
 }  // namespace
