@@ -4,7 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -94,6 +97,53 @@ TEST_F(Distributed, SrunWithoutPmixIsRefusedBeforeMpiStarts) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("without PMIx"));
   EXPECT_THAT(r.output, HasSubstr("srun --mpi=pmix"));
+}
+
+// The pid of the dptrain process that runs as `rank` with `marker` on its command line (from
+// /proc: the rank is in its environment as OMPI_COMM_WORLD_RANK), or -1.
+int find_rank_pid(const std::string& marker, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline"), environ(entry.path() / "environ");
+    const std::string cmd((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    if (cmd.find("launch/dptrain") == std::string::npos || cmd.find(marker) == std::string::npos) continue;
+    const std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    if (env.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') != std::string::npos)
+      return std::stoi(name);
+  }
+  return -1;
+}
+
+TEST_F(Distributed, KilledRankEndsEveryRankNamingIt) {
+  const std::string cfg = config("long.yaml");
+  const fs::path out = dir_ / "job.out", rc = dir_ / "job.rc";
+  std::system(("(" + kMpirun + " -np 2 " + dptrain_binary() + " --config " + cfg + " --set run.max_steps=100000 > " + out.string() +
+               " 2>&1; echo $? > " + rc.string() + ".tmp && mv " + rc.string() + ".tmp " + rc.string() + ") &")
+                  .c_str());
+  // Wait until training runs (a step record), then SIGKILL rank 1.
+  const auto metrics = dir_ / "out" / "metrics.jsonl";
+  int victim = -1;
+  for (int i = 0; i < 600 && victim < 0; ++i) {
+    std::ifstream m(metrics);
+    const std::string text((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+    if (text.find("\"event\":\"step\"") != std::string::npos) victim = find_rank_pid(cfg, 1);
+    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(victim, 0) << "training did not start within 60 s";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  while (!fs::exists(rc) && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  ASSERT_TRUE(fs::exists(rc)) << "the job still runs 60 s after rank 1 was killed";
+  std::ifstream rc_in(rc), out_in(out);
+  int code = -1;
+  rc_in >> code;
+  const std::string output((std::istreambuf_iterator<char>(out_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(code, 0) << output;
+  EXPECT_LT(seconds, 30.0) << output;
+  EXPECT_THAT(output, ::testing::ContainsRegex("rank 1.*(signal 9|Killed|stopped making progress)")) << output;
 }
 
 // A real Slurm: CI's .ci/run starts one (launch/local_slurm.sh) and exports SLURM_CONF.
