@@ -11,6 +11,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "optim/registry.h"
 #include "runtime/core/error.h"
 
 namespace dp {
@@ -66,11 +67,11 @@ Parser<uint64_t> unsigned_int() {
   };
 }
 
-// A number in [low, high) or (low, high) — `open_low` excludes low.
-Parser<double> number_in(double low, bool open_low, double high, const char* expectation) {
+// A number in [low, high) or (low, high) — `open_low` excludes low; `closed_high` includes high.
+Parser<double> number_in(double low, bool open_low, double high, const char* expectation, bool closed_high = false) {
   return [=](const YAML::Node& n, const Context& c) {
     auto v = scalar_as<double>(n, c, expectation);
-    if (!(open_low ? v > low : v >= low) || !(v < high)) {
+    if (!(open_low ? v > low : v >= low) || !(closed_high ? v <= high : v < high)) {
       std::ostringstream os;
       os << "expected " << expectation << ", got " << v;
       fail(c, os.str());
@@ -127,6 +128,15 @@ Parser<std::vector<T>> list_of(Parser<T> element, bool increasing) {
   };
 }
 
+// An empty value (`key: ~` or `key:`) leaves the optional unset (the optimiser's default).
+template <typename T>
+Parser<std::optional<T>> optional_of(Parser<T> inner) {
+  return [=](const YAML::Node& n, const Context& c) -> std::optional<T> {
+    if (n.IsNull()) return std::nullopt;
+    return inner(n, c);
+  };
+}
+
 // ---- Tables: a section is a list of fields; adding a key is one line ----
 template <typename S>
 struct Field {
@@ -152,8 +162,15 @@ Field<S> field(const char* key, T S::*member, Parser<T> parser) {
               out << YAML::Flow << YAML::BeginSeq;
               for (double v : s.*member) out << shortest(v);
               out << YAML::EndSeq;
-            } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                                 std::is_same_v<T, std::vector<std::string>>) {
               out << YAML::Flow << s.*member;
+            } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+              if (s.*member) out << shortest(*(s.*member));
+              else out << YAML::Null;
+            } else if constexpr (std::is_same_v<T, std::optional<bool>>) {
+              if (s.*member) out << *(s.*member);
+              else out << YAML::Null;
             } else {
               out << s.*member;
             }
@@ -165,12 +182,13 @@ struct Section {
   const char* name;
   S Config::*member;
   std::vector<Field<S>> fields;
-  std::function<void(const S&, const Context&)> check;  // cross-field rules (optional)
+  // Cross-field rules, and defaults that depend on other keys (optional).
+  std::function<void(S&, const Context&)> check;
 };
 
 constexpr std::array<std::string_view, 1> kDatasets = {"fashion_mnist"};
-constexpr std::array<std::string_view, 1> kOptimizers = {"sgd"};
-constexpr std::array<std::string_view, 3> kSchedules = {"constant", "step", "cosine"};
+constexpr std::array<std::string_view, 4> kShampooGraftings = {"none", "sgd", "adagrad", "adam"};
+constexpr std::array<std::string_view, 5> kSchedules = {"constant", "step", "cosine", "poly", "linear"};
 
 Section<RunConfig> run_section() {
   return {"run", &Config::run,
@@ -207,15 +225,48 @@ Section<ModelConfig> model_section() {
 
 Section<OptimizerConfig> optimizer_section() {
   return {"optimizer", &Config::optimizer,
-          {field("name", &OptimizerConfig::name, one_of(kOptimizers)),
+          {field("name", &OptimizerConfig::name, one_of(kOptimizerNames)),
            field("lr", &OptimizerConfig::lr, positive_number()),
            field("momentum", &OptimizerConfig::momentum, non_negative_number()),
            field("dampening", &OptimizerConfig::dampening, non_negative_number()),
            field("nesterov", &OptimizerConfig::nesterov, boolean()),
-           field("weight_decay", &OptimizerConfig::weight_decay, non_negative_number())},
-          [](const OptimizerConfig& o, const Context& c) {
+           field("weight_decay", &OptimizerConfig::weight_decay, optional_of(non_negative_number())),
+           field("betas", &OptimizerConfig::betas, list_of(number_in(0.0, false, 1.0, "a number in [0, 1]", /*closed_high=*/true), false)),
+           field("eps", &OptimizerConfig::eps, optional_of(non_negative_number())),
+           field("eta", &OptimizerConfig::eta, positive_number()),
+           field("lr_outside_momentum", &OptimizerConfig::lr_outside_momentum, boolean()),
+           field("max_grad_norm", &OptimizerConfig::max_grad_norm, non_negative_number()),
+           field("clip_grad_norm", &OptimizerConfig::clip_grad_norm, non_negative_number()),
+           field("exclude_1d", &OptimizerConfig::exclude_1d, optional_of(boolean())),
+           field("exclude_names", &OptimizerConfig::exclude_names, list_of(text(), false)),
+           field("max_preconditioner_dim", &OptimizerConfig::max_preconditioner_dim, positive_int()),
+           field("precondition_frequency", &OptimizerConfig::precondition_frequency, positive_int()),
+           field("start_preconditioning_step", &OptimizerConfig::start_preconditioning_step,
+                 integer_at_least(-1, "a positive integer, or -1 for precondition_frequency")),
+           field("grafting", &OptimizerConfig::grafting, one_of(kShampooGraftings)),
+           field("grafting_eps", &OptimizerConfig::grafting_eps, positive_number()),
+           field("grafting_beta2", &OptimizerConfig::grafting_beta2, number_in(0.0, true, 1.0, "a number in (0, 1)"))},
+          [](OptimizerConfig& o, const Context& c) {
             if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
               fail({c.where, "optimizer.nesterov"}, "nesterov needs momentum > 0 and dampening 0");
+            if (o.betas.size() != 2)
+              fail({c.where, "optimizer.betas"}, "expected two numbers [beta1, beta2], got " +
+                                                     std::to_string(o.betas.size()));
+            if (o.betas[0] >= 1)
+              fail({c.where, "optimizer.betas"}, "beta1 must be in [0, 1), got " + shortest(o.betas[0]));
+            // Shampoo's beta2 = 1 is plain sums of its factors; Adam-type moments need beta2 < 1.
+            if (o.name != "shampoo" && o.betas[1] >= 1)
+              fail({c.where, "optimizer.betas"}, o.name + " needs beta2 in [0, 1) (only shampoo takes 1), got " +
+                                                     shortest(o.betas[1]));
+            if (o.name == "shampoo" && o.betas[1] == 0)
+              fail({c.where, "optimizer.betas"}, "shampoo needs beta2 in (0, 1], got 0");
+            if (o.start_preconditioning_step == 0)
+              fail({c.where, "optimizer.start_preconditioning_step"}, "expected a positive integer, or -1 for "
+                                                                      "precondition_frequency, got 0");
+            // The chosen optimiser's defaults for what the recipe left unset.
+            if (!o.weight_decay) o.weight_decay = default_weight_decay(o.name);
+            if (!o.eps) o.eps = default_eps(o.name);
+            if (!o.exclude_1d) o.exclude_1d = default_exclude_1d(o.name);
           }};
 }
 
@@ -225,7 +276,9 @@ Section<ScheduleConfig> schedule_section() {
            field("warmup_epochs", &ScheduleConfig::warmup_epochs, non_negative_number()),
            field("step_epochs", &ScheduleConfig::step_epochs, list_of(positive_number(), true)),
            field("gamma", &ScheduleConfig::gamma, positive_number()),
-           field("min_lr", &ScheduleConfig::min_lr, non_negative_number())},
+           field("min_lr", &ScheduleConfig::min_lr, non_negative_number()),
+           field("power", &ScheduleConfig::power, positive_number()),
+           field("count_skipped_steps", &ScheduleConfig::count_skipped_steps, boolean())},
           [](const ScheduleConfig& s, const Context& c) {
             if (s.name == "step" && s.step_epochs.empty())
               fail({c.where, "schedule.step_epochs"}, "the step schedule needs at least one milestone");
@@ -299,11 +352,12 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
   for_each_section([&](const auto& section) {
     auto& target = config.*(section.member);
     const YAML::Node node = root.IsMap() ? root[section.name] : YAML::Node();
-    if (!node || node.IsNull()) return;
-    if (!node.IsMap())
+    const bool present = node && !node.IsNull();
+    if (present && !node.IsMap())
       throw Error(where_of(source, node) + ": " + section.name + ": expected a mapping of keys (" + key_list(section) +
                   "), got " + describe(node));
-    for (const auto& kv : node) {
+    const YAML::Node keys = present ? node : YAML::Node(YAML::NodeType::Map);
+    for (const auto& kv : keys) {
       const std::string key = kv.first.as<std::string>();
       const std::string path = std::string(section.name) + "." + key;
       auto it = origins.find(path);
@@ -318,6 +372,7 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
                     "': " + key_list(section) + ")");
       f->parse(target, kv.second, Context{where, path});
     }
+    // Runs for an absent section too: a check may fill in defaults that depend on other keys.
     if (section.check) section.check(target, Context{source, section.name});
   });
   return config;

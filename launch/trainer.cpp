@@ -16,7 +16,8 @@
 #include "launch/step_profiler.h"
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
-#include "optim/sgd.h"
+#include "optim/clip_grad.h"
+#include "optim/registry.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/loader.h"
@@ -72,8 +73,35 @@ std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_pe
   o.warmup_steps = static_cast<int64_t>(std::llround(s.warmup_epochs * static_cast<double>(steps_per_epoch)));
   o.gamma = s.gamma;
   o.min_lr = s.min_lr;
+  o.power = s.power;
   for (double e : s.step_epochs) o.milestones.push_back(static_cast<int64_t>(std::llround(e * steps_per_epoch)));
   return make_lr_schedule(s.name, o);
+}
+
+OptimizerSpec optimizer_spec(const OptimizerConfig& o) {
+  OptimizerSpec spec;
+  spec.name = o.name;
+  spec.lr = o.lr;
+  spec.momentum = o.momentum;
+  spec.dampening = o.dampening;
+  spec.nesterov = o.nesterov;
+  spec.weight_decay = o.weight_decay;
+  DP_CHECK(o.betas.size() == 2, "optimizer.betas: expected two numbers [beta1, beta2]");
+  spec.beta1 = o.betas[0];
+  spec.beta2 = o.betas[1];
+  spec.eps = o.eps;
+  spec.eta = o.eta;
+  spec.lr_outside_momentum = o.lr_outside_momentum;
+  spec.max_grad_norm = o.max_grad_norm;
+  spec.exclude_1d = o.exclude_1d;
+  spec.exclude_names = o.exclude_names;
+  spec.max_preconditioner_dim = o.max_preconditioner_dim;
+  spec.precondition_frequency = o.precondition_frequency;
+  spec.start_preconditioning_step = o.start_preconditioning_step;
+  spec.grafting = o.grafting;
+  spec.grafting_eps = o.grafting_eps;
+  spec.grafting_beta2 = o.grafting_beta2;
+  return spec;
 }
 
 // A new run never overwrites what an earlier one wrote: an existing file is kept under a
@@ -192,16 +220,14 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
 
-  SgdOptions sgd;
-  sgd.lr = config.optimizer.lr;
-  sgd.momentum = config.optimizer.momentum;
-  sgd.dampening = config.optimizer.dampening;
-  sgd.nesterov = config.optimizer.nesterov;
-  sgd.weight_decay = config.optimizer.weight_decay;
-  SGD optimizer(model->parameters(), sgd);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(optimizer_spec(config.optimizer), model->named_parameters(), OptimizerContext{group, cpu});
+  const std::vector<Tensor> parameters = model->parameters();
   train_loader->begin_epoch(0);
   const int64_t steps_per_epoch = train_loader->num_batches();
   std::unique_ptr<LrSchedule> schedule = make_schedule(config, steps_per_epoch);
+  // NOTE [ Schedule clock ] (optim/lr_schedule.h): advanced only by applied steps when
+  // schedule.count_skipped_steps is false.
+  ScheduleClock clock(*schedule, config.schedule.count_skipped_steps);
 
   {
     std::ostringstream os;
@@ -245,7 +271,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       Tensor images = batch->images.to(device), labels = batch->labels.to(device);
       const int64_t batch_size = batch->size();
 
-      const double lr = schedule->lr_at(step);
+      const double lr = clock.lr();
       profiler.begin(Phase::Forward);
       Tensor logits = model->forward(images);
       Tensor loss = cross_entropy(logits, labels, Reduction::Mean, -100, config.loss.label_smoothing);
@@ -264,9 +290,20 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
         ++last_bucket_counts[cs.last_bucket];
       }
       profiler.begin(Phase::Optimizer);
-      optimizer.set_lr(lr);
-      optimizer.step();
-      optimizer.zero_grad(/*set_to_none=*/true);
+      // A gradient overflow (non-finite global norm, seen when clipping) skips the step.
+      bool applied = true;
+      if (config.optimizer.clip_grad_norm > 0) {
+        const double norm = clip_grad_norm_(parameters, config.optimizer.clip_grad_norm);
+        applied = std::isfinite(norm);
+        if (!applied) console.line("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(norm) +
+                                   " is not finite; the optimiser step is skipped");
+      }
+      if (applied) {
+        optimizer->set_lr(lr);
+        optimizer->step();
+      }
+      clock.step_done(applied);
+      optimizer->zero_grad(/*set_to_none=*/true);
       profiler.end();
       profiler.step_done();
       batch.reset();  // hand the buffers back to the loader

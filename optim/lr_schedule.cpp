@@ -51,11 +51,33 @@ double CosineLr::after_warmup(int64_t step) const {
   return o.min_lr + (o.base_lr - o.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
 }
 
+PolyLr::PolyLr(const LrScheduleOptions& options, const char* name) : LrSchedule(options) {
+  DP_CHECK(options.total_steps > options.warmup_steps, "lr schedule '", name, "': total_steps (", options.total_steps,
+           ") must exceed warmup_steps (", options.warmup_steps, ")");
+  DP_CHECK(options.min_lr >= 0 && options.min_lr <= options.base_lr, "lr schedule '", name, "': min_lr=",
+           options.min_lr, " must be in [0, base_lr=", options.base_lr, "]");
+  DP_CHECK(options.power > 0, "lr schedule '", name, "': power must be > 0, got ", options.power);
+}
+
+double PolyLr::after_warmup(int64_t step) const {
+  const LrScheduleOptions& o = options_;
+  const double t = std::clamp(static_cast<double>(step - o.warmup_steps) /
+                                  static_cast<double>(o.total_steps - o.warmup_steps),
+                              0.0, 1.0);
+  return o.min_lr + (o.base_lr - o.min_lr) * std::pow(1.0 - t, o.power);
+}
+
 std::unique_ptr<LrSchedule> make_lr_schedule(const std::string& name, const LrScheduleOptions& options) {
   if (name == "constant") return std::make_unique<ConstantLr>(options);
   if (name == "step") return std::make_unique<StepLr>(options);
   if (name == "cosine") return std::make_unique<CosineLr>(options);
-  throw Error("unknown lr schedule '" + name + "'; known schedules: constant, step, cosine");
+  if (name == "poly") return std::make_unique<PolyLr>(options);
+  if (name == "linear") {
+    LrScheduleOptions linear = options;
+    linear.power = 1.0;
+    return std::make_unique<PolyLr>(linear, "linear");
+  }
+  throw Error("unknown lr schedule '" + name + "'; known schedules: constant, step, cosine, poly, linear");
 }
 
 }  // namespace dp

@@ -11,6 +11,15 @@
 //             torch's MultiStepLR
 //   cosine:   min_lr + (base_lr − min_lr) · (1 + cos(π · t)) / 2, t = (s − W) / (total_steps − W),
 //             clamped to [0, 1]: base_lr at the end of warmup, min_lr at s = total_steps
+//   poly:     min_lr + (base_lr − min_lr) · (1 − t)^power, t as for cosine (MLPerf ResNet-50 with
+//             LARS: power 2, min_lr the end lr; tf.train.polynomial_decay after warmup)
+//   linear:   poly with power 1 (BERT: warmup then linear decay, to 0 with min_lr 0)
+//
+// NOTE [ Schedule clock ]
+// The step the trainer asks a schedule about is a ScheduleClock's count, which the trainer
+// advances after each optimiser step. With count_skipped_steps = false a step the trainer did
+// not apply (its gradient overflowed: a non-finite global gradient norm) leaves the count where
+// it was, so the lr sequence of the applied steps is the schedule's, whatever was skipped.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +35,8 @@ struct LrScheduleOptions {
   int64_t warmup_steps = 0;
   std::vector<int64_t> milestones;  // step: absolute steps, ascending
   double gamma = 0.1;               // step: factor per milestone
-  double min_lr = 0.0;              // cosine: the floor
+  double min_lr = 0.0;              // cosine: the floor; poly, linear: the end lr
+  double power = 2.0;               // poly: the exponent
 };
 
 class LrSchedule {
@@ -67,7 +77,36 @@ class CosineLr : public LrSchedule {
   double after_warmup(int64_t step) const override;
 };
 
-// "constant", "step" or "cosine"; an unknown name throws dp::Error listing these.
+// Polynomial decay to min_lr after warmup ("poly", and "linear" with power 1).
+class PolyLr : public LrSchedule {
+ public:
+  explicit PolyLr(const LrScheduleOptions& options, const char* name = "poly");
+
+ protected:
+  double after_warmup(int64_t step) const override;
+};
+
+// See NOTE [ Schedule clock ].
+class ScheduleClock {
+ public:
+  explicit ScheduleClock(const LrSchedule& schedule, bool count_skipped_steps = true)
+      : schedule_(&schedule), count_skipped_(count_skipped_steps) {}
+  // The lr for the next optimiser step.
+  double lr() const { return schedule_->lr_at(steps_); }
+  // After each step: `applied` false for a step that was skipped.
+  void step_done(bool applied) {
+    if (applied || count_skipped_) ++steps_;
+  }
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }  // resuming
+
+ private:
+  const LrSchedule* schedule_;
+  bool count_skipped_;
+  int64_t steps_ = 0;
+};
+
+// "constant", "step", "cosine", "poly" or "linear"; an unknown name throws dp::Error listing these.
 std::unique_ptr<LrSchedule> make_lr_schedule(const std::string& name, const LrScheduleOptions& options);
 
 }  // namespace dp

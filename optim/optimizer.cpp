@@ -1,8 +1,10 @@
 #include "optim/optimizer.h"
 
+#include <charconv>
 #include <unordered_set>
 
 #include "runtime/nn/module.h"
+#include "runtime/ops/creation.h"
 
 namespace dp {
 
@@ -11,16 +13,21 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   std::unordered_set<const TensorImpl*> seen;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
-    DP_CHECK(group.lr >= 0 && group.weight_decay >= 0, "optimizer: group ", g, " has invalid lr=", group.lr,
-             " or weight_decay=", group.weight_decay, " (both must be >= 0)");
+    DP_CHECK(group.lr >= 0 && group.weight_decay >= 0 && group.lr_scale >= 0, "optimizer: group ", g,
+             " has invalid lr=", group.lr, ", weight_decay=", group.weight_decay, " or lr_scale=", group.lr_scale,
+             " (all must be >= 0)");
+    DP_CHECK(group.names.empty() || group.names.size() == group.params.size(), "optimizer: group ", g, " has ",
+             group.names.size(), " names for ", group.params.size(), " parameters");
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& p = group.params[i];
-      DP_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: group ", g, " parameter ", i,
+      DP_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: ", describe_param(g, i),
                " must be a leaf tensor that requires grad, got ", p.defined() ? p.str() : "an undefined tensor");
-      DP_CHECK(seen.insert(&p.impl()).second, "optimizer: group ", g, " parameter ", i, " (", p.str(),
+      DP_CHECK(seen.insert(&p.impl()).second, "optimizer: ", describe_param(g, i), " (", p.str(),
                ") appears more than once");
     }
   }
+  state_.resize(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) state_[g].resize(groups_[g].params.size());
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -29,7 +36,110 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 void Optimizer::set_lr(double lr) {
   DP_CHECK(lr >= 0, "optimizer: set_lr(", lr, "): the learning rate must be >= 0");
-  for (ParamGroup& group : groups_) group.lr = lr;
+  for (ParamGroup& group : groups_) group.lr = lr * group.lr_scale;
+}
+
+std::string Optimizer::describe_param(size_t group, size_t index) const {
+  std::string s = "group " + std::to_string(group) + " parameter " + std::to_string(index);
+  if (group < groups_.size() && index < groups_[group].names.size()) s += " (" + groups_[group].names[index] + ")";
+  return s;
+}
+
+Tensor& Optimizer::zeroed_buffer(size_t group, size_t index, const std::string& buffer) {
+  Tensor& t = state_[group][index].buffers[buffer];
+  if (!t.defined()) {
+    const Tensor& p = groups_[group].params[index];
+    t = zeros(p.shape(), p.dtype(), p.device());
+  }
+  return t;
+}
+
+Tensor Optimizer::state_buffer(size_t group, size_t index, const std::string& buffer) const {
+  const auto& buffers = state_.at(group).at(index).buffers;
+  auto it = buffers.find(buffer);
+  return it == buffers.end() ? Tensor() : it->second;
+}
+
+void Optimizer::for_each_param_with_grad(
+    const std::function<void(size_t, size_t, const Tensor&, const Tensor&)>& fn) const {
+  DP_CHECK(state_.size() == groups_.size(), name(), ": parameter groups were added after construction");
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    DP_CHECK(groups_[g].params.size() == state_[g].size(), name(), ": group ", g,
+             " gained or lost parameters after construction (its state is indexed by position)");
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& param = groups_[g].params[i];
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      // The kernels walk param, grad and state as flat buffers of one dtype.
+      DP_CHECK(param.is_contiguous() && grad.dtype() == param.dtype() && grad.numel() == param.numel(), name(),
+               ": ", describe_param(g, i), " must be contiguous with a gradient of its dtype and shape, got param ",
+               param.str(), " grad ", grad.str());
+      fn(g, i, param, grad.contiguous());
+    }
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  size_t k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i, ++k) {
+      const ParamState& s = state_[g][i];
+      if (s.step == 0 && s.buffers.empty()) continue;  // never updated: no state, as torch
+      const std::string prefix = "state." + std::to_string(k) + ".";
+      out.emplace_back(prefix + "step", from_vector<int64_t>({s.step}, {}, groups_[g].params[i].device()));
+      for (const auto& [buffer, t] : s.buffers)
+        if (t.defined()) out.emplace_back(prefix + buffer, t);
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  // Position k → (group, index).
+  std::vector<std::pair<size_t, size_t>> where;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) where.emplace_back(g, i);
+  const std::vector<std::string> names = state_names();
+  std::vector<std::vector<ParamState>> fresh(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) fresh[g].resize(groups_[g].params.size());
+  std::vector<bool> has_step(where.size(), false), has_buffer(where.size(), false);
+  for (const auto& [key, value] : state) {
+    std::string known;
+    for (const std::string& n : names) known += ", " + n;
+    const std::string expectation = "expected state.<k>.<step" + known + ">, k < " + std::to_string(where.size());
+    DP_CHECK(key.rfind("state.", 0) == 0, name(), ": load_state_dict: unknown entry '", key, "' (", expectation, ")");
+    const size_t dot = key.find('.', 6);
+    size_t k = 0;
+    const char* first = key.data() + 6;
+    const char* last = key.data() + (dot == std::string::npos ? key.size() : dot);
+    auto [end, ec] = std::from_chars(first, last, k);
+    DP_CHECK(dot != std::string::npos && ec == std::errc() && end == last && k < where.size(), name(),
+             ": load_state_dict: unknown entry '", key, "' (", expectation, ")");
+    const std::string buffer = key.substr(dot + 1);
+    const auto [g, i] = where[k];
+    const Tensor& p = groups_[g].params[i];
+    DP_CHECK(value.defined(), name(), ": load_state_dict: entry '", key, "' is an undefined tensor");
+    if (buffer == "step") {
+      DP_CHECK(value.numel() == 1, name(), ": load_state_dict: '", key, "' must hold one value, got ", value.str());
+      fresh[g][i].step = value.item<int64_t>();
+      has_step[k] = true;
+      continue;
+    }
+    bool known_buffer = false;
+    for (const std::string& n : names) known_buffer = known_buffer || n == buffer;
+    DP_CHECK(known_buffer, name(), ": load_state_dict: unknown entry '", key, "' (", expectation, ")");
+    DP_CHECK(value.shape() == p.shape() && value.dtype() == p.dtype(), name(), ": load_state_dict: '", key,
+             "' is ", value.str(), " but ", describe_param(g, i), " is ", p.str());
+    Tensor copy = Tensor::empty(p.shape(), p.dtype(), p.device());
+    copy.copy_(value);
+    fresh[g][i].buffers[buffer] = copy;
+    has_buffer[k] = true;
+  }
+  for (size_t k = 0; k < where.size(); ++k)
+    DP_CHECK(has_step[k] || !has_buffer[k], name(), ": load_state_dict: 'state.", k,
+             ".step' is missing while the parameter has buffers");
+  state_ = std::move(fresh);
 }
 
 }  // namespace dp

@@ -1,11 +1,24 @@
 // Optimiser interface over parameter groups, as torch.optim.Optimizer.
 //
-// A group is a list of parameters sharing a learning rate and weight decay. Per-parameter
-// state (e.g. SGD's momentum buffers) is kept by the concrete optimiser, indexed [group][param]
-// in construction order: the order torch's state_dict numbers parameters in, so it can be
-// saved and restored by position.
+// A group is a list of parameters sharing a learning rate, a weight decay and whether the
+// trust-ratio optimisers (LARS, LAMB) adapt its step; make_param_groups (param_groups.h) builds
+// the usual split from a model's named parameters: biases and normalisation parameters in a
+// group with no decay and no adaptation.
+//
+// NOTE [ Optimiser state ]
+// Per-parameter state is a step count and named buffers (SGD/LARS "momentum_buffer", AdamW/LAMB
+// "exp_avg" and "exp_avg_sq"), kept here and indexed [group][param] in construction order.
+// state_dict() names them as torch's state_dict numbers them, counting parameters across groups
+// in order: "state.<k>.<buffer>" and "state.<k>.step" (int64, 0-d). The entries are plain named
+// tensors, so they can be written with runtime/io/safetensors and read back by position into an
+// optimiser built over the same groups; load_state_dict then continues bit-identically.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/tensor/tensor.h"
@@ -13,9 +26,19 @@
 namespace dp {
 
 struct ParamGroup {
+  ParamGroup() = default;
+  ParamGroup(std::vector<Tensor> params_, double lr_, double weight_decay_ = 0.0, bool adapt_ = true)
+      : params(std::move(params_)), lr(lr_), weight_decay(weight_decay_), adapt(adapt_) {}
+
   std::vector<Tensor> params;
   double lr = 0.0;
   double weight_decay = 0.0;
+  // Trust-ratio adaptation (LARS, LAMB); false for parameters excluded from it (trust 1).
+  bool adapt = true;
+  // set_lr(lr) gives this group lr · lr_scale (a per-group lr under one schedule).
+  double lr_scale = 1.0;
+  // Optional, parallel to params: names for messages (filled by make_param_groups).
+  std::vector<std::string> names;
 };
 
 class Optimizer {
@@ -26,19 +49,50 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
+  // "sgd", "adamw", ... (the YAML optimizer.name).
+  virtual std::string name() const = 0;
   // One update of every parameter that has a gradient; parameters without one are skipped.
   virtual void step() = 0;
   // set_to_none drops the gradients; otherwise they are zeroed in place.
   void zero_grad(bool set_to_none = true);
 
-  // Sets the learning rate of every group (what an LR schedule drives each step).
+  // Sets the learning rate of every group to lr · its lr_scale (what an LR schedule drives).
   void set_lr(double lr);
-  // Mutable for lr / weight_decay; the parameter lists are fixed at construction.
+  // Mutable for lr / weight_decay / adapt; the parameter lists are fixed at construction.
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
 
+  // See NOTE [ Optimiser state ]. Buffers are shared, not copied (clone them to snapshot).
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Replaces the whole state; an unknown name, a missing step, a wrong shape or dtype is a
+  // dp::Error naming the entry. Values are copied into fresh tensors on the parameter's device.
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+
+  // Step count of a parameter (0 before its first update) and a named buffer (undefined when
+  // the parameter has none yet).
+  int64_t step_count(size_t group, size_t index) const { return state_.at(group).at(index).step; }
+  Tensor state_buffer(size_t group, size_t index, const std::string& buffer) const;
+
  protected:
+  struct ParamState {
+    int64_t step = 0;
+    std::map<std::string, Tensor> buffers;
+  };
+  // The buffers this optimiser keeps per parameter (load_state_dict accepts only these).
+  virtual std::vector<std::string> state_names() const = 0;
+  ParamState& state(size_t group, size_t index) { return state_[group][index]; }
+  // Buffer `buffer` of the parameter, created zero-filled with its shape, dtype and device when missing.
+  Tensor& zeroed_buffer(size_t group, size_t index, const std::string& buffer);
+  // Calls fn(group, index, param, grad) for every parameter with a gradient, in order, after
+  // checking that param is contiguous and grad has its dtype (grad made contiguous).
+  void for_each_param_with_grad(const std::function<void(size_t, size_t, const Tensor&, const Tensor&)>& fn) const;
+  // "group g parameter i (name)" for messages.
+  std::string describe_param(size_t group, size_t index) const;
+
   std::vector<ParamGroup> groups_;
+
+ private:
+  std::vector<std::vector<ParamState>> state_;  // [group][param]
 };
 
 }  // namespace dp

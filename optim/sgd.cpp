@@ -22,39 +22,27 @@ SGD::SGD(std::vector<ParamGroup> groups, const SgdOptions& options)
   DP_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
            "SGD: nesterov needs momentum > 0 and dampening == 0, got momentum=", o.momentum,
            " dampening=", o.dampening);
-  momentum_buffers_.resize(groups_.size());
-  for (size_t g = 0; g < groups_.size(); ++g) momentum_buffers_[g].resize(groups_[g].params.size());
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0.0;
-  DP_CHECK(groups_.size() == momentum_buffers_.size(), "SGD: parameter groups were added after construction");
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const ParamGroup& group = groups_[g];
-    DP_CHECK(group.params.size() == momentum_buffers_[g].size(), "SGD: group ", g,
-             " gained or lost parameters after construction (its state is indexed by position)");
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      const Tensor& param = group.params[i];
-      Tensor grad = param.grad();
-      if (!grad.defined()) continue;
-      // param, grad, buf: same shape, contiguous (the kernel walks them as flat buffers)
-      DP_CHECK(param.is_contiguous() && grad.dtype() == param.dtype(), "SGD: parameter ", i, " of group ", g,
-               " must be contiguous with a gradient of its dtype, got param ", param.str(), " grad ", grad.str());
-      grad = grad.contiguous();
-      Tensor& buf = momentum_buffers_[g][i];
-      SgdParams p;
-      p.lr = group.lr;
-      p.weight_decay = group.weight_decay;
-      p.momentum = options_.momentum;
-      p.dampening = options_.dampening;
-      p.nesterov = options_.nesterov;
-      p.first_step = use_momentum && !buf.defined();
-      if (p.first_step) buf = Tensor::empty(param.shape(), param.dtype(), param.device());
-      param.device().backend().sgd_update(param, grad, buf, p);
-      param.bump_version();
-    }
-  }
+  for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
+    ParamState& s = state(g, i);
+    Tensor& buf = s.buffers["momentum_buffer"];
+    SgdParams p;
+    p.lr = groups_[g].lr;
+    p.weight_decay = groups_[g].weight_decay;
+    p.momentum = options_.momentum;
+    p.dampening = options_.dampening;
+    p.nesterov = options_.nesterov;
+    p.first_step = use_momentum && !buf.defined();
+    if (p.first_step) buf = Tensor::empty(param.shape(), param.dtype(), param.device());
+    param.device().backend().sgd_update(param, grad, buf, p);
+    if (!use_momentum) s.buffers.erase("momentum_buffer");
+    ++s.step;
+    param.bump_version();
+  });
 }
 
 }  // namespace dp

@@ -33,15 +33,18 @@ class SGD : public Optimizer {
   // updated parameter's version. (The kernel walks flat contiguous buffers, so the same call
   // can later cover a whole bucket of parameters packed into one buffer.)
   void step() override;
+  std::string name() const override { return "sgd"; }
 
   const SgdOptions& options() const { return options_; }
   // Momentum buffer of param_groups()[group].params[index]; undefined before its first update
   // or when momentum == 0.
-  const Tensor& momentum_buffer(size_t group, size_t index) const { return momentum_buffers_.at(group).at(index); }
+  Tensor momentum_buffer(size_t group, size_t index) const { return state_buffer(group, index, "momentum_buffer"); }
+
+ protected:
+  std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
 
  private:
   SgdOptions options_;
-  std::vector<std::vector<Tensor>> momentum_buffers_;  // [group][param]
 };
 
 }  // namespace dp

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/core/device.h"
 #include "runtime/tensor/tensor.h"
@@ -50,6 +51,19 @@ struct SgdParams {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool first_step = false;  // momentum buffer starts as the (decayed) gradient, as in PyTorch
+};
+
+// Adam moments with bias correction, shared by adamw_update and lamb_direction.
+struct AdamParams {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;          // this parameter's update count, 1-based (bias correction)
+  double grad_divisor = 1;   // the gradient is used as g / grad_divisor (LAMB's global clipping)
+};
+
+struct LarsParams {
+  double lr = 0, momentum = 0, weight_decay = 0;
+  double trust = 1;                  // the trust ratio, computed by the caller from the norms
+  bool lr_outside_momentum = false;  // the two forms: see lars_update
 };
 
 class Backend {
@@ -184,6 +198,26 @@ class Backend {
   // g = nesterov ? g + momentum*buf : buf; p -= lr*g. momentum_buf unused when momentum == 0.
   virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                           const SgdParams& p) = 0;
+  // torch.optim.AdamW, bc_k = 1 − beta_k^step: p *= 1 − lr·wd; m = b1·m + (1−b1)·g;
+  // v = b2·v + (1−b2)·g²; p −= (lr/bc1) · m / (√v/√bc2 + eps); g = grad / grad_divisor.
+  // param, grad, exp_avg, exp_avg_sq: same numel, contiguous, one dtype.
+  virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, const AdamParams& p) = 0;
+  // LAMB's first stage (apex FusedLAMB, adam_w_mode): the moments as adamw_update, then
+  // update = (m/bc1) / (√(v/bc2) + eps) + wd·p. param is read, not written; update has its numel.
+  virtual void lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                              const Tensor& exp_avg_sq, const Tensor& update,
+                              const AdamParams& p) = 0;
+  // LARS with the trust ratio given, d = g + wd·p:
+  //   lr inside (MLPerf reference):  buf = momentum·buf − lr·trust·d;  p += buf
+  //   lr outside (torch-SGD style):  buf = momentum·buf + trust·d;     p −= lr·buf
+  // momentum_buf starts zeroed (allocated by the caller).
+  virtual void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                           const LarsParams& p) = 0;
+  // out[i] = Σ xs[i]² accumulated in float64; xs contiguous float32/float64 on this device (any
+  // mix), out float64 [xs.size()] contiguous. One call covers every tensor (global-norm
+  // clipping, LARS/LAMB per-tensor norms).
+  virtual void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) = 0;
 
  protected:
   // For kernels a backend does not have yet: throws "<op>: no <device> kernel yet".

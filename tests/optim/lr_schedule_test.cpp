@@ -50,12 +50,55 @@ TEST(LrScheduleTest, CosineToMinLrAfterWarmup) {
   EXPECT_DOUBLE_EQ(make_lr_schedule("cosine", options(0))->lr_at(0), 0.1);
 }
 
+// MLPerf ResNet: warmup 10, then 0.001 + 0.099 · (1 − (s − 10)/90)².
+TEST(LrScheduleTest, PolyDecaysQuadraticallyToTheEndLr) {
+  auto s = make_lr_schedule("poly", options(10));
+  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);                        // end of warmup
+  EXPECT_NEAR(s->lr_at(11), 0.001 + 0.099 * 7921.0 / 8100.0, 1e-15);  // (89/90)²
+  EXPECT_NEAR(s->lr_at(11), 0.09781222222222222, 1e-15);
+  EXPECT_NEAR(s->lr_at(99), 0.0010122222222222222, 1e-15);   // last step: (1/90)²
+  EXPECT_DOUBLE_EQ(s->lr_at(100), 0.001);
+  EXPECT_DOUBLE_EQ(s->lr_at(500), 0.001);
+  LrScheduleOptions cubic = options(10);
+  cubic.power = 3;
+  EXPECT_NEAR(make_lr_schedule("poly", cubic)->lr_at(55), 0.001 + 0.099 / 8, 1e-15);  // halfway: (1/2)³
+}
+
+// BERT: warmup 10, then linear to min_lr: 0.001 + 0.099 · (1 − (s − 10)/90).
+TEST(LrScheduleTest, LinearDecaysToTheEndLr) {
+  auto s = make_lr_schedule("linear", options(10));
+  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(s->lr_at(10), 0.1);
+  EXPECT_NEAR(s->lr_at(11), 0.0989, 1e-15);
+  EXPECT_NEAR(s->lr_at(99), 0.0021, 1e-15);  // 0.001 + 0.099/90
+  EXPECT_DOUBLE_EQ(s->lr_at(100), 0.001);
+  LrScheduleOptions to_zero = options(0);
+  to_zero.min_lr = 0;
+  to_zero.power = 7;  // ignored: linear is power 1
+  EXPECT_NEAR(make_lr_schedule("linear", to_zero)->lr_at(25), 0.075, 1e-15);
+}
+
+// NOTE [ Schedule clock ]: skipped steps advance the schedule only when counted.
+TEST(LrScheduleTest, ClockSkipsOverflowedStepsWhenConfigured) {
+  auto s = make_lr_schedule("constant", options(10));
+  ScheduleClock counting(*s), applied_only(*s, /*count_skipped_steps=*/false);
+  for (bool applied : {true, false, false, true}) {
+    counting.step_done(applied);
+    applied_only.step_done(applied);
+  }
+  EXPECT_EQ(counting.steps(), 4);
+  EXPECT_EQ(applied_only.steps(), 2);
+  EXPECT_DOUBLE_EQ(counting.lr(), 0.04);
+  EXPECT_DOUBLE_EQ(applied_only.lr(), 0.02);
+}
+
 TEST(LrScheduleTest, ErrorsNameTheScheduleAndTheFix) {
   try {
-    make_lr_schedule("linear", options(0));
+    make_lr_schedule("exponential", options(0));
     FAIL() << "expected an unknown-schedule error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "unknown lr schedule 'linear'; known schedules: constant, step, cosine");
+    EXPECT_STREQ(e.what(), "unknown lr schedule 'exponential'; known schedules: constant, step, cosine, poly, linear");
   }
   LrScheduleOptions no_milestones = options(0);
   no_milestones.milestones.clear();
@@ -69,6 +112,11 @@ TEST(LrScheduleTest, ErrorsNameTheScheduleAndTheFix) {
   floor_above_base.min_lr = 0.2;
   EXPECT_THROW(make_lr_schedule("cosine", floor_above_base), Error);
   EXPECT_THROW(make_lr_schedule("constant", options(0))->lr_at(-1), Error);
+  EXPECT_THROW(make_lr_schedule("poly", all_warmup), Error);
+  EXPECT_THROW(make_lr_schedule("linear", floor_above_base), Error);
+  LrScheduleOptions no_power = options(0);
+  no_power.power = 0;
+  EXPECT_THROW(make_lr_schedule("poly", no_power), Error);
 }
 
 }  // namespace

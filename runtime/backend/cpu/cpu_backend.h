@@ -117,6 +117,13 @@ class CpuBackend final : public Backend {
 
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                   const SgdParams& p) override;
+  void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                    const AdamParams& p) override;
+  void lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                      const Tensor& update, const AdamParams& p) override;
+  void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                   const LarsParams& p) override;
+  void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) override;
 
  private:
   int num_threads_;

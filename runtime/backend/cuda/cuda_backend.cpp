@@ -151,5 +151,16 @@ void CudaBackend::embedding_backward(const Tensor&, const Tensor&, const Tensor&
 void CudaBackend::sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdParams&) {
   unsupported("sgd_update");
 }
+void CudaBackend::adamw_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamParams&) {
+  unsupported("adamw_update");
+}
+void CudaBackend::lamb_direction(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                 const AdamParams&) {
+  unsupported("lamb_direction");
+}
+void CudaBackend::lars_update(const Tensor&, const Tensor&, const Tensor&, const LarsParams&) {
+  unsupported("lars_update");
+}
+void CudaBackend::squared_norms(const std::vector<Tensor>&, const Tensor&) { unsupported("squared_norms"); }
 
 }  // namespace dp::cuda

@@ -1,0 +1,65 @@
+#include "optim/clip_grad.h"
+
+#include <cmath>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/backend/backend.h"
+#include "runtime/ops/creation.h"
+
+namespace dp {
+
+std::vector<double> squared_norms(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return {};
+  const Device device = xs.front().device();
+  std::vector<Tensor> flat;
+  flat.reserve(xs.size());
+  for (size_t k = 0; k < xs.size(); ++k) {
+    DP_CHECK(xs[k].device() == device, "squared_norms: tensor ", k, " is on ", xs[k].device().str(),
+             ", tensor 0 on ", device.str(), " (one device per call)");
+    flat.push_back(xs[k].contiguous());
+  }
+  Tensor out = Tensor::empty({static_cast<int64_t>(xs.size())}, kFloat64, device);
+  device.backend().squared_norms(flat, out);
+  return out.to_vector<double>();
+}
+
+namespace {
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+}  // namespace
+
+double grad_norm(const std::vector<Tensor>& params) {
+  double total = 0;
+  for (double s : squared_norms(grads_of(params))) total += s;
+  return std::sqrt(total);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  DP_CHECK(max_norm > 0, "clip_grad_norm_: max_norm must be > 0, got ", max_norm);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = grads_of(params);
+  double total = 0;
+  for (double s : squared_norms(grads)) total += s;
+  const double norm = std::sqrt(total);
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    for (Tensor g : grads) {
+      if (g.is_contiguous()) {
+        g.device().backend().binary_scalar(BinaryOp::Mul, g, coef, g);  // elementwise: in place is safe
+        g.bump_version();
+      } else {
+        Tensor scaled = Tensor::empty(g.shape(), g.dtype(), g.device());
+        g.device().backend().binary_scalar(BinaryOp::Mul, g, coef, scaled);
+        g.copy_(scaled);
+      }
+    }
+  }
+  return norm;
+}
+
+}  // namespace dp

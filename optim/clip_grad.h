@@ -1,0 +1,22 @@
+// Gradient norms and clipping by global norm (torch.nn.utils.clip_grad_norm_ semantics).
+#pragma once
+
+#include <vector>
+
+#include "runtime/tensor/tensor.h"
+
+namespace dp {
+
+// Σ x² of each tensor, accumulated in float64, from one Backend::squared_norms call (tensors
+// made contiguous; all on one device; float32 or float64).
+std::vector<double> squared_norms(const std::vector<Tensor>& xs);
+
+// The L2 norm of all gradients of `params` taken together (parameters without one skipped).
+double grad_norm(const std::vector<Tensor>& params);
+
+// Scales every gradient in place by min(1, max_norm / (N + 1e-6)), N = grad_norm(params), and
+// returns N, as torch.nn.utils.clip_grad_norm_. A non-finite N leaves the gradients untouched
+// and is returned as is (the caller decides: the trainer skips such a step).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace dp
