@@ -198,7 +198,8 @@ Section<RunConfig> run_section() {
            field("log_every", &RunConfig::log_every, positive_int()),
            field("metrics_file", &RunConfig::metrics_file, text()),
            field("max_steps", &RunConfig::max_steps, non_negative_int()),
-           field("eval_every_epoch", &RunConfig::eval_every_epoch, boolean())},
+           field("eval_every_epoch", &RunConfig::eval_every_epoch, boolean()),
+           field("deterministic", &RunConfig::deterministic, boolean())},
           nullptr};
 }
 
@@ -298,7 +299,8 @@ Section<DistributedConfig> distributed_section() {
            field("first_bucket_mb", &DistributedConfig::first_bucket_mb, positive_number()),
            field("bucket_mb", &DistributedConfig::bucket_mb, positive_number()),
            field("find_unused_parameters", &DistributedConfig::find_unused_parameters, boolean()),
-           field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs))},
+           field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs)),
+           field("timeout_s", &DistributedConfig::timeout_s, non_negative_number())},
           nullptr};
 }
 

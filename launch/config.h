@@ -26,6 +26,10 @@ struct RunConfig {
   std::string metrics_file = "metrics.jsonl";  // relative to output_dir
   int64_t max_steps = 0;               // 0 = no limit
   bool eval_every_epoch = true;
+  // Bitwise-repeatable runs: rank-ordered gradient sums (NOTE [ Rank-ordered sums ] in
+  // comm/mpi/mpi_process_group.h); the rest of the CPU path is repeatable already for a fixed
+  // thread count and seed.
+  bool deterministic = false;
 };
 
 struct DataConfig {
@@ -98,6 +102,7 @@ struct DistributedConfig {
   double bucket_mb = 25.0;
   bool find_unused_parameters = false; // zero-fill parameters a step leaves without gradient
   std::string buffer_sync = "broadcast";  // BatchNorm statistics before evaluation: broadcast | average
+  double timeout_s = 300;              // watchdog: a collective stuck this long aborts every rank (0: off)
 };
 
 struct Config {

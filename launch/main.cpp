@@ -1,6 +1,8 @@
 // dptrain: train a model from a YAML recipe, on one process or data-parallel over many.
 //   dptrain --config configs/fashion_mnist.yaml [--set section.key=value ...] [--print-config]
 //   mpirun -np 4 dptrain --config ...      srun -n 4 dptrain --config ...   (Slurm with PMIx)
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -59,7 +61,10 @@ int main(int argc, char** argv) {
     }
     dp::Runtime runtime(dp::RuntimeOptions{static_cast<int>(config.run.threads)});
     if (world_size > 1) {
-      group = std::make_unique<dp::MpiProcessGroup>(*mpi);
+      dp::MpiProcessGroupOptions options;
+      options.watchdog_timeout = std::chrono::milliseconds(std::llround(config.distributed.timeout_s * 1000.0));
+      options.rank_ordered_sums = config.run.deterministic;
+      group = std::make_unique<dp::MpiProcessGroup>(*mpi, options);
       dp::check_same_config_on_every_rank(config, *group, runtime.cpu());
     }
     // Only rank 0 prints and writes files.
@@ -69,10 +74,10 @@ int main(int argc, char** argv) {
     std::unique_ptr<dp::MetricsLog> metrics;
     if (rank == 0) metrics = std::make_unique<dp::MetricsLog>(dp::prepare_metrics_path(config));
     dp::TrainReport report = dp::train(config, runtime, console, metrics.get(), group.get());
-    char line[200];
-    std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB%s, metrics in %s",
+    char line[400];
+    std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
-                  metrics ? metrics->path().c_str() : "-");
+                  static_cast<unsigned long long>(report.model_digest), metrics ? metrics->path().c_str() : "-");
     console.line(line);
     group.reset();
     return 0;

@@ -18,6 +18,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/clip_grad.h"
 #include "optim/registry.h"
+#include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/loader.h"
@@ -399,6 +400,18 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   }
   report.steps = step;
   report.peak_rss_mib = peak_rss_mib();
+  {
+    Fnv1a digest;
+    auto add = [&](const auto& named) {
+      for (const auto& [n, t] : named) {
+        const Tensor host = t.to(cpu).contiguous();
+        digest.text(n).bytes(host.raw_data(), host.nbytes());
+      }
+    };
+    add(model->named_parameters());
+    add(model->named_buffers());
+    report.model_digest = digest.value();
+  }
   if (synced_steps > 0) {
     CommReport& c = report.comm;
     c.comm_ms = run_comm_ms / synced_steps;
@@ -415,8 +428,29 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
                   c.comm_ms, c.exposed_ms, 100.0 * c.hidden_fraction, c.most_often_last_bucket, c.buckets);
     console.line(line);
   }
+  // Shampoo's cost is its roots: say how many, how many failed, and rank 0's share of the time.
+  const auto* shampoo = dynamic_cast<const Shampoo*>(optimizer.get());
+  if (shampoo) {
+    char line[300];
+    std::snprintf(line, sizeof line,
+                  "shampoo: %lld root computations, %lld failed roots kept their previous inverse; this rank "
+                  "computed %zu of %zu blocks' roots in %.2f s (%.2f s gathering them)",
+                  static_cast<long long>(shampoo->root_computations()), static_cast<long long>(shampoo->root_failures()),
+                  shampoo->local_blocks(), shampoo->blocks().size(), shampoo->root_seconds(),
+                  shampoo->root_comm_seconds());
+    console.line(line);
+  }
   if (metrics) {
-    nlohmann::json rec = {{"event", "end"}, {"steps", step}, {"peak_rss_mib", report.peak_rss_mib}};
+    char digest[24];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
+    nlohmann::json rec = {{"event", "end"}, {"steps", step}, {"peak_rss_mib", report.peak_rss_mib},
+                          {"model_digest", digest}};
+    if (shampoo)
+      rec["shampoo"] = {{"root_computations", shampoo->root_computations()},
+                        {"root_failures", shampoo->root_failures()},
+                        {"local_blocks", shampoo->local_blocks()},
+                        {"root_seconds", shampoo->root_seconds()},
+                        {"root_comm_seconds", shampoo->root_comm_seconds()}};
     if (synced_steps > 0)
       rec["comm"] = {{"comm_ms", report.comm.comm_ms}, {"exposed_ms", report.comm.exposed_ms},
                      {"hidden_pct", 100.0 * report.comm.hidden_fraction},

@@ -35,6 +35,9 @@ struct TrainReport {
   int64_t steps = 0;
   double peak_rss_mib = 0;
   CommReport comm;  // zeros when not distributed
+  // FNV-1a over every parameter's and buffer's name and bytes at the end: equal digests, equal
+  // models (to compare runs, e.g. with run.deterministic).
+  uint64_t model_digest = 0;
 };
 
 // Runs config's recipe on `runtime`; `metrics` may be null. With a `group` of more than one rank

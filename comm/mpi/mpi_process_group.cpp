@@ -292,9 +292,26 @@ void MpiProcessGroup::execute(const CollectiveFingerprint& fingerprint, const Te
   switch (fingerprint.op) {
     case CollectiveOp::AllReduce: {
       const int count = as_mpi_count(fingerprint.count);
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, output.raw_data(), count, mpi_datatype(fingerprint.dtype),
-                              reduce_ops_->sum_op(fingerprint.dtype), comm_),
-                "MPI_Allreduce");
+      if (options_.rank_ordered_sums && size_ > 1) {
+        // Chunk r (the first count % size_ chunks one element longer) is summed by rank r.
+        std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+        for (int r = 0, at = 0; r < size_; ++r) {
+          counts[static_cast<size_t>(r)] = count / size_ + (r < count % size_ ? 1 : 0);
+          displs[static_cast<size_t>(r)] = at;
+          at += counts[static_cast<size_t>(r)];
+        }
+        const size_t item = element_size(fingerprint.dtype);
+        char* data = static_cast<char*>(output.raw_data());
+        char* mine = data + static_cast<size_t>(displs[static_cast<size_t>(rank_)]) * item;
+        rank_ordered_reduce_scatter(data, mine, counts, fingerprint.dtype);
+        const MPI_Datatype type = mpi_datatype(fingerprint.dtype);
+        check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), type, comm_),
+                  "MPI_Allgatherv");
+      } else {
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, output.raw_data(), count, mpi_datatype(fingerprint.dtype),
+                                reduce_ops_->sum_op(fingerprint.dtype), comm_),
+                  "MPI_Allreduce");
+      }
       if (fingerprint.reduce == CollectiveReduce::Average) {
         divide_in_place(output.raw_data(), fingerprint.count, fingerprint.dtype, size_);
       }
@@ -317,10 +334,16 @@ void MpiProcessGroup::execute(const CollectiveFingerprint& fingerprint, const Te
     }
     case CollectiveOp::ReduceScatter: {
       const int64_t chunk = fingerprint.count / size_;
-      check_mpi(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), as_mpi_count(chunk),
-                                         mpi_datatype(fingerprint.dtype),
-                                         reduce_ops_->sum_op(fingerprint.dtype), comm_),
-                "MPI_Reduce_scatter_block");
+      if (options_.rank_ordered_sums && size_ > 1) {
+        rank_ordered_reduce_scatter(input.raw_data(), output.raw_data(),
+                                    std::vector<int>(static_cast<size_t>(size_), as_mpi_count(chunk)),
+                                    fingerprint.dtype);
+      } else {
+        check_mpi(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), as_mpi_count(chunk),
+                                           mpi_datatype(fingerprint.dtype),
+                                           reduce_ops_->sum_op(fingerprint.dtype), comm_),
+                  "MPI_Reduce_scatter_block");
+      }
       if (fingerprint.reduce == CollectiveReduce::Average) {
         divide_in_place(output.raw_data(), chunk, fingerprint.dtype, size_);
       }
@@ -331,6 +354,32 @@ void MpiProcessGroup::execute(const CollectiveFingerprint& fingerprint, const Te
       return;
   }
   DP_ASSERT(false);
+}
+
+void MpiProcessGroup::rank_ordered_reduce_scatter(const void* in, void* out, const std::vector<int>& counts,
+                                                  DType dtype) {
+  const size_t item = element_size(dtype);
+  const int mine = counts[static_cast<size_t>(rank_)];
+  // Send chunk r to rank r; receive this rank's chunk from every rank, in rank order.
+  std::vector<int> send_displs(static_cast<size_t>(size_)), recv_counts(static_cast<size_t>(size_), mine),
+      recv_displs(static_cast<size_t>(size_));
+  for (int r = 0, at = 0; r < size_; ++r) {
+    send_displs[static_cast<size_t>(r)] = at;
+    at += counts[static_cast<size_t>(r)];
+    recv_displs[static_cast<size_t>(r)] = r * mine;
+  }
+  chunks_.resize(static_cast<size_t>(size_) * static_cast<size_t>(mine) * item);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  check_mpi(MPI_Alltoallv(in, counts.data(), send_displs.data(), type, chunks_.data(), recv_counts.data(),
+                          recv_displs.data(), type, comm_),
+            "MPI_Alltoallv");
+  // out = x0; out = x_r + out for r = 1, 2, ...: IEEE addition commutes, so this is ((x0 + x1) + x2) + ...
+  const size_t bytes = static_cast<size_t>(mine) * item;
+  if (bytes > 0) std::memcpy(out, chunks_.data(), bytes);
+  for (int r = 1; r < size_; ++r)
+    check_mpi(MPI_Reduce_local(chunks_.data() + static_cast<size_t>(r) * bytes, out, mine, type,
+                               reduce_ops_->sum_op(dtype)),
+              "MPI_Reduce_local");
 }
 
 }  // namespace dp

@@ -19,6 +19,17 @@
 // behaviour in MPI.
 //
 // Float16/bfloat16 reductions: NOTE [ 16-bit sums over MPI ] in comm/mpi/mpi_reduce_ops.h.
+//
+// NOTE [ Rank-ordered sums ]
+// MPI_Allreduce may add the ranks' values in any order, and the order may change with the message
+// size, the number of ranks, the process placement or an MCA parameter, so float results can
+// differ in the last bits between two launches of the same job. With rank_ordered_sums, all-reduce
+// and reduce-scatter run as an all-to-all of chunks (rank r receives chunk r of every rank), a sum
+// of each chunk in rank order, ((x0 + x1) + x2) + ..., with the same MPI_SUM or 16-bit op through
+// MPI_Reduce_local, and, for all-reduce, an all-gather of the summed chunks. The bits then depend
+// only on the values and the number of ranks, and every rank receives the same bits. It moves as
+// many bytes as a ring all-reduce but costs more latency: it is dptrain's deterministic mode
+// (run.deterministic), not the default.
 #pragma once
 
 #include <mpi.h>
@@ -45,6 +56,7 @@ struct MpiProcessGroupOptions {
   // A collective inside MPI for longer than this aborts the job, naming the ranks that stopped
   // making progress (NOTE [ MPI watchdog ]). Zero disables the watchdog.
   std::chrono::milliseconds watchdog_timeout = std::chrono::seconds(300);
+  bool rank_ordered_sums = false;  // NOTE [ Rank-ordered sums ]
 };
 
 class MpiProcessGroup final : public ProcessGroup {
@@ -86,6 +98,9 @@ class MpiProcessGroup final : public ProcessGroup {
   void run_collective(QueuedCollective& item);
   void check_ranks_agree(uint64_t sequence, const CollectiveFingerprint& fingerprint);
   void execute(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output);
+  // NOTE [ Rank-ordered sums ]: `in` holds size_ chunks of counts[r] elements; rank r receives
+  // chunk r of every rank and writes their rank-ordered sum to `out` (counts[rank_] elements).
+  void rank_ordered_reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DType dtype);
   std::string context(uint64_t sequence, const CollectiveFingerprint& fingerprint) const;
 
   MpiEnvironment& mpi_;
@@ -97,6 +112,7 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm watchdog_comm_ = MPI_COMM_NULL;  // created there, then handed to watchdog_
   std::optional<MpiReduceOps> reduce_ops_;
   std::string first_failure_;  // non-empty once a collective has failed: the group is broken
+  std::vector<char> chunks_;   // rank-ordered sums: every rank's copy of this rank's chunk
 
   std::mutex queue_mutex_;  // guards queue_ and stopping_; also orders sequence numbers
   std::condition_variable queue_ready_;

@@ -115,14 +115,22 @@ int find_rank_pid(const std::string& marker, int rank) {
   return -1;
 }
 
-TEST_F(Distributed, KilledRankEndsEveryRankNamingIt) {
-  const std::string cfg = config("long.yaml");
-  const fs::path out = dir_ / "job.out", rc = dir_ / "job.rc";
-  std::system(("(" + kMpirun + " -np 2 " + dptrain_binary() + " --config " + cfg + " --set run.max_steps=100000 > " + out.string() +
-               " 2>&1; echo $? > " + rc.string() + ".tmp && mv " + rc.string() + ".tmp " + rc.string() + ") &")
+// Starts a 2-rank run under mpirun (with `mpirun_flags`), SIGKILLs rank 1 once training runs and
+// returns (exit code, seconds from the kill to the job's end, output).
+struct KilledRun {
+  int exit_code = -1;
+  double seconds = 0;
+  std::string output;
+};
+
+KilledRun kill_rank_one(const fs::path& dir, const std::string& cfg, const std::string& mpirun_flags) {
+  const fs::path out = dir / "job.out", rc = dir / "job.rc";
+  std::system(("(" + kMpirun + " " + mpirun_flags + " -np 2 " + dptrain_binary() + " --config " + cfg +
+               " --set run.max_steps=100000 > " + out.string() + " 2>&1; echo $? > " + rc.string() + ".tmp && mv " +
+               rc.string() + ".tmp " + rc.string() + ") &")
                   .c_str());
   // Wait until training runs (a step record), then SIGKILL rank 1.
-  const auto metrics = dir_ / "out" / "metrics.jsonl";
+  const auto metrics = dir / "out" / "metrics.jsonl";
   int victim = -1;
   for (int i = 0; i < 600 && victim < 0; ++i) {
     std::ifstream m(metrics);
@@ -130,23 +138,61 @@ TEST_F(Distributed, KilledRankEndsEveryRankNamingIt) {
     if (text.find("\"event\":\"step\"") != std::string::npos) victim = find_rank_pid(cfg, 1);
     if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_GT(victim, 0) << "training did not start within 60 s";
+  KilledRun result;
+  if (victim < 0) {
+    result.output = "training did not start within 60 s";
+    return result;
+  }
   const auto killed_at = std::chrono::steady_clock::now();
   ::kill(victim, SIGKILL);
   while (!fs::exists(rc) && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  ASSERT_TRUE(fs::exists(rc)) << "the job still runs 60 s after rank 1 was killed";
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   std::ifstream rc_in(rc), out_in(out);
-  int code = -1;
-  rc_in >> code;
-  const std::string output((std::istreambuf_iterator<char>(out_in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(code, 0) << output;
-  EXPECT_LT(seconds, 30.0) << output;
-  EXPECT_THAT(output, ::testing::ContainsRegex("rank 1.*(signal 9|Killed|stopped making progress)")) << output;
+  if (fs::exists(rc)) rc_in >> result.exit_code;
+  result.output.assign(std::istreambuf_iterator<char>(out_in), std::istreambuf_iterator<char>());
+  return result;
 }
 
-// A real Slurm: CI's .ci/run starts one (launch/local_slurm.sh) and exports SLURM_CONF.
+TEST_F(Distributed, KilledRankEndsEveryRankNamingIt) {
+  const KilledRun r = kill_rank_one(dir_, config("long.yaml"), "");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "the job still runs 60 s after rank 1 was killed: " << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("rank 1.*(signal 9|Killed|stopped making progress)")) << r.output;
+}
+
+// The same where the launcher does not end the job when a process dies (as srun without
+// --kill-on-bad-exit): rank 0's watchdog, set by distributed.timeout_s, names rank 1 and aborts.
+TEST_F(Distributed, WatchdogFromTheConfigNamesAKilledRank) {
+  const KilledRun r = kill_rank_one(dir_, config("long.yaml", "distributed: {timeout_s: 5}\n"),
+                                    "--mca orte_abort_on_non_zero_status 0");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "the job still runs 60 s after rank 1 was killed: " << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("timeout 5.0 s.*rank 1 stopped making progress")) << r.output;
+}
+
+// run.deterministic: two launches of the same 2-rank job end with the same model, bit for bit
+// (the digest of every parameter and buffer that rank 0 prints).
+std::string model_digest(const std::string& output) {
+  const size_t at = output.find("model digest ");
+  return at == std::string::npos ? "" : output.substr(at + 13, 16);
+}
+
+TEST_F(Distributed, DeterministicRunsAreBitwiseIdentical) {
+  const std::string cfg = config("c.yaml");
+  std::string digests[2];
+  for (std::string& digest : digests) {
+    const ProgramResult r =
+        run_program(kMpirun + " -np 2 " + dptrain_binary() + " --config " + cfg + " --set run.deterministic=true");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    digest = model_digest(r.output);
+    ASSERT_EQ(digest.size(), 16u) << r.output;
+  }
+  EXPECT_EQ(digests[0], digests[1]);
+}
+
 // A node that answers: idle, or busy with another test's job (ctest -j runs the srun tests side by side).
 bool slurm_cluster_reachable() {
   if (!std::getenv("SLURM_CONF")) return false;
