@@ -37,6 +37,8 @@ class Work {
   // True once the collective has finished, successfully or not; wait() then does not block.
   virtual bool is_completed() const = 0;
   // Blocks until the collective has finished; throws dp::Error with its failure, if any.
+  // NCCL: stream-ordered instead — the compute stream waits for the collective and the host
+  // returns at once (NOTE [ NCCL streams and waits ] in comm/nccl/nccl_process_group.h).
   virtual void wait() = 0;
 
   uint64_t sequence() const { return sequence_; }

@@ -336,7 +336,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
             phases[phase_name(static_cast<Phase>(p))] =
                 1e3 * profiler.seconds(static_cast<Phase>(p)) / static_cast<double>(profiler.steps());
           nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", lr},
-                                {"samples_per_second", s.samples_per_second * world_size}, {"ms_per_step", phases}};
+                                {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}};  // global
           if (window_synced > 0)
             rec["comm"] = {{"comm_ms", window_comm_ms / window_synced},
                            {"exposed_ms", window_exposed_ms / window_synced},

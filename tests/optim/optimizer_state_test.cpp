@@ -59,7 +59,7 @@ NamedTensors load(const std::string& path, Device device) {
 NamedTensors named(const std::vector<ParamGroup>& groups) {
   NamedTensors out;
   for (const ParamGroup& g : groups)
-    for (size_t i = 0; i < g.params.size(); ++i) out.emplace_back("p" + std::to_string(out.size()), g.params[i]);
+    for (size_t i = 0; i < g.params.size(); ++i) out.emplace_back(std::string("p").append(std::to_string(out.size())), g.params[i]);
   return out;
 }
 

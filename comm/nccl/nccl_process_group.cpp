@@ -1,0 +1,596 @@
+#include "comm/nccl/nccl_process_group.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "comm/mpi/mpi_check.h"
+#include "comm/nccl/nccl_check.h"
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_check.h"
+#include "runtime/ops/creation.h"
+
+namespace dp {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+ncclDataType_t nccl_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Float16: return ncclFloat16;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Int32: return ncclInt32;
+    case DType::Int64: return ncclInt64;
+    case DType::UInt8: case DType::Bool: return ncclUint8;  // bool: moved, never reduced
+  }
+  throw Error(detail::concat("NCCL process group: no NCCL type for dtype ", static_cast<int>(dtype)));
+}
+
+ncclRedOp_t nccl_reduce_op(CollectiveReduce op) {
+  return op == CollectiveReduce::Average ? ncclAvg : ncclSum;
+}
+
+const char* nccl_call_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce: return "ncclAllReduce";
+    case CollectiveOp::Broadcast: return "ncclBroadcast";
+    case CollectiveOp::AllGather: return "ncclAllGather";
+    case CollectiveOp::ReduceScatter: return "ncclReduceScatter";
+    case CollectiveOp::Barrier: return "ncclAllReduce (barrier)";
+  }
+  return "an NCCL call";
+}
+
+bool bytes_overlap(const Tensor& a, const Tensor& b) {
+  auto* a0 = static_cast<const char*>(a.raw_data());
+  auto* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+std::string seconds_text(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+// How a host thread waits for the GPU or for NCCL: a few yields (a short collective is done in
+// microseconds), then sleeps growing to 1 ms (a long one should not cost a core).
+class Backoff {
+ public:
+  void pause() {
+    if (++rounds_ <= 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::min(std::chrono::microseconds(20 * (rounds_ - 64)),
+                                           std::chrono::microseconds(1000)));
+    }
+  }
+
+ private:
+  int rounds_ = 0;
+};
+
+// A CUDA event has passed (never recorded counts as passed, as cudaEventQuery has it); a CUDA
+// error also counts, so that waiters stop waiting and report it.
+bool event_passed(CUevent_st* event) {
+  return event == nullptr || cudaEventQuery(event) != cudaErrorNotReady;
+}
+
+}  // namespace
+
+// ---- State shared by the group, its Works and its watchdog --------------------------------------
+
+struct NcclGroupState {
+  struct Pending {
+    std::shared_ptr<NcclWork> work;
+    Tensor input, output;  // held until the collective has run, so their memory stays NCCL's
+    std::optional<Clock::time_point> started;  // when the watchdog saw the oldest one start
+  };
+
+  NcclGroupState(int rank_, int size_, int device_, std::chrono::milliseconds timeout_, CollectiveLog& log_)
+      : rank(rank_), size(size_), device(device_), timeout(timeout_), log(&log_) {}
+
+  const int rank, size, device;
+  const std::chrono::milliseconds timeout;
+
+  // Guards everything below and the Works' error_. Every NCCL call on `comm` is made under it:
+  // they never block for long, since the communicator is non-blocking.
+  std::mutex mutex;
+  std::condition_variable wake;  // the watchdog's sleep; notified to stop it
+  bool stopping = false;
+  ncclComm_t comm = nullptr;    // null before creation and after destruction or abort
+  std::string failure;          // the first failure: non-empty once the group is broken
+  CollectiveLog* log;           // the group's; null once the group has gone
+  std::deque<Pending> pending;  // submitted and not yet seen to complete, in submission order
+
+  std::string group_context() const {
+    return detail::concat("NCCL process group, rank ", rank, " of ", size);
+  }
+  std::string context(const Work& work) const {
+    return detail::concat(group_context(), ", collective #", work.sequence(), " ", work.fingerprint().str());
+  }
+
+  void set_state(const Work& work, CollectiveState state) {
+    if (log != nullptr) log->set_state(work.sequence(), state);
+  }
+
+  // Polls while the communicator reports ncclInProgress (creation, a launch or finalisation of a
+  // non-blocking communicator); the final state, or ncclInProgress when the timeout passed first.
+  ncclResult_t settle_locked() {
+    const Clock::time_point start = Clock::now();
+    Backoff backoff;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclResult_t rc = ncclCommGetAsyncError(comm, &state); rc != ncclSuccess) return rc;
+      if (state != ncclInProgress) return state;
+      if (timeout.count() > 0 && Clock::now() - start > timeout) return ncclInProgress;
+      backoff.pause();
+    }
+  }
+
+  void abort_locked() {
+    if (comm == nullptr) return;
+    const ncclResult_t rc = ncclCommAbort(comm);
+    comm = nullptr;
+    if (rc != ncclSuccess) {
+      std::fprintf(stderr, "dptrain: %s: ncclCommAbort failed: %s\n", group_context().c_str(),
+                   nccl_error_text(rc, nullptr).c_str());
+    }
+  }
+
+  // Releases the collectives at the front that have run; the communication stream runs them in
+  // order, so the first incomplete one ends the scan.
+  void retire_locked() {
+    while (!pending.empty() && event_passed(pending.front().work->done_)) {
+      const NcclWork& work = *pending.front().work;
+      set_state(work, work.error_.empty() ? CollectiveState::Completed : CollectiveState::Failed);
+      pending.pop_front();
+    }
+  }
+
+  // Breaks the group: `text` (with its context) becomes the failure, the communicator is aborted
+  // and every incomplete collective fails; `culprit` (if any) with `text` itself. Their tensors
+  // stay pending until the aborted kernels have returned.
+  void fail_locked(const NcclWork* culprit, const std::string& text, bool print) {
+    if (!failure.empty()) return;
+    retire_locked();  // what has run before the failure succeeded
+    failure = text;
+    if (print) std::fprintf(stderr, "dptrain NCCL watchdog: %s\n", text.c_str());
+    abort_locked();
+    for (Pending& p : pending) {
+      NcclWork& work = *p.work;
+      work.error_ = &work == culprit ? text
+                                     : detail::concat(context(work), ": not completed, the group was broken "
+                                                      "while it waited: ", text);
+      set_state(work, CollectiveState::Failed);
+    }
+  }
+
+  // Asks NCCL for an asynchronous error (a peer or the network failed) and breaks the group on one.
+  void check_health_locked(bool print) {
+    if (comm == nullptr || !failure.empty()) return;
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t rc = ncclCommGetAsyncError(comm, &state); rc != ncclSuccess) state = rc;
+    if (state == ncclSuccess || state == ncclInProgress) return;
+    const std::string why = detail::concat("NCCL reported an asynchronous error: ", nccl_error_text(state, comm),
+                                           "; the NCCL communicator was aborted");
+    retire_locked();
+    const NcclWork* culprit = pending.empty() ? nullptr : pending.front().work.get();
+    fail_locked(culprit, detail::concat(culprit ? context(*culprit) : group_context(), ": ", why), print);
+  }
+
+  // One watchdog round (NOTE [ NCCL errors and abort ]).
+  void watch_locked(Clock::time_point now) {
+    retire_locked();
+    check_health_locked(/*print=*/true);
+    if (!failure.empty() || pending.empty()) return;
+    Pending& oldest = pending.front();
+    if (!oldest.started) {
+      if (event_passed(oldest.work->ready_)) {
+        oldest.started = now;
+        set_state(*oldest.work, CollectiveState::Running);
+      }
+      return;
+    }
+    if (timeout.count() > 0 && now - *oldest.started > timeout) {
+      fail_locked(oldest.work.get(),
+                  detail::concat(context(*oldest.work), ": has not completed after ",
+                                 seconds_text(now - *oldest.started), " s (timeout ", seconds_text(timeout),
+                                 " s); the NCCL communicator was aborted. Another rank has probably stopped issuing "
+                                 "collectives, died, or issued a different one (NCCL does not check that ranks agree; "
+                                 "the MPI backend names each rank's collective)"),
+                  /*print=*/true);
+    }
+  }
+};
+
+// ---- NcclWork --------------------------------------------------------------------------------
+
+NcclWork::NcclWork(uint64_t sequence, const CollectiveFingerprint& fingerprint,
+                   std::shared_ptr<NcclGroupState> state, CUstream_st* compute_stream, bool host_wait)
+    : Work(sequence, fingerprint), state_(std::move(state)), compute_stream_(compute_stream), host_wait_(host_wait) {}
+
+NcclWork::~NcclWork() {
+  // Destroying an event the GPU has not reached yet is fine: CUDA releases it once reached.
+  for (CUevent_st* event : {ready_, done_}) {
+    if (event != nullptr) DP_CUDA_REPORT(state_->device, cudaEventDestroy(event));
+  }
+}
+
+bool NcclWork::done_passed() const { return event_passed(done_); }
+
+bool NcclWork::is_completed() const {
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!error_.empty()) return true;
+  }
+  return done_passed();
+}
+
+void NcclWork::wait() {
+  if (host_wait_) return synchronize();
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->check_health_locked(/*print=*/false);
+    if (!error_.empty()) throw Error(error_);
+  }
+  if (done_ == nullptr) return;
+  const cudaError_t status = cudaEventQuery(done_);
+  if (status == cudaSuccess) return;  // already run: nothing to order
+  if (status != cudaErrorNotReady) {
+    cuda::throw_cuda_error("cudaEventQuery(done)", status, state_->device, state_->context(*this));
+  }
+  DP_CUDA_CHECK(state_->device, cudaStreamWaitEvent(compute_stream_, done_, 0),
+                "making the compute stream wait for ", state_->context(*this));
+}
+
+void NcclWork::synchronize() {
+  Backoff backoff;
+  for (;;) {
+    {
+      std::lock_guard lock(state_->mutex);
+      if (!error_.empty()) throw Error(error_);
+      if (done_passed()) break;
+      state_->check_health_locked(/*print=*/false);
+      if (!error_.empty()) throw Error(error_);
+    }
+    backoff.pause();
+  }
+  if (done_ != nullptr) {
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status != cudaSuccess) {
+      cuda::throw_cuda_error("cudaEventQuery(done)", status, state_->device, state_->context(*this));
+    }
+  }
+}
+
+// ---- Construction and destruction ---------------------------------------------------------------
+
+namespace {
+
+Device checked_gpu(Device gpu) {
+  DP_CHECK(gpu.valid() && gpu.is_cuda(), "NcclProcessGroup: NCCL communicates between GPUs, got device ", gpu.str(),
+           " (use the MPI backend for CPU tensors)");
+  return gpu;
+}
+
+std::chrono::milliseconds poll_interval(std::chrono::milliseconds timeout) {
+  using std::chrono::milliseconds;
+  if (timeout.count() == 0) return milliseconds(100);
+  return std::clamp(timeout / 10, milliseconds(1), milliseconds(100));
+}
+
+}  // namespace
+
+NcclProcessGroup::NcclProcessGroup(MpiEnvironment& mpi, Device gpu, NcclProcessGroupOptions options)
+    : gpu_(checked_gpu(gpu)), backend_(static_cast<cuda::CudaBackend&>(gpu_.backend())), options_(options) {
+  DP_CHECK(options_.timeout.count() >= 0, "NcclProcessGroup: timeout must be positive, or zero for none (got ",
+           options_.timeout.count(), " ms)");
+  check_mpi(MPI_Comm_rank(mpi.world_comm(), &rank_), "MPI_Comm_rank", "NcclProcessGroup");
+  check_mpi(MPI_Comm_size(mpi.world_comm(), &size_), "MPI_Comm_size", "NcclProcessGroup");
+  state_ = std::make_shared<NcclGroupState>(rank_, size_, gpu_.index(), options_.timeout, log_);
+
+  // Rank 0's id goes to every rank together with rank 0's status, so that a failure there stops
+  // every rank at once instead of leaving the others in ncclCommInitRankConfig.
+  struct Bootstrap {
+    ncclUniqueId id;
+    int32_t status;
+  } boot{};
+  if (rank_ == 0) boot.status = ncclGetUniqueId(&boot.id);
+  check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi.world_comm()), "MPI_Bcast",
+            state_->group_context(), ": broadcasting the NCCL unique id");
+  if (boot.status != ncclSuccess) {
+    const auto status = static_cast<ncclResult_t>(boot.status);
+    throw Error(detail::concat(state_->group_context(), ": ncclGetUniqueId failed on rank 0: ",
+                               rank_ == 0 ? nccl_error_text(status, nullptr)
+                                          : detail::concat(ncclGetErrorString(status), " (", nccl_result_name(status),
+                                                           "; rank 0 has the details)")));
+  }
+
+  activate();  // after the broadcast, which every rank must reach; NCCL takes the current GPU
+  {
+    std::lock_guard lock(state_->mutex);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // NOTE [ NCCL errors and abort ]
+    ncclResult_t rc = ncclCommInitRankConfig(&state_->comm, size_, boot.id, rank_, &config);
+    if (state_->comm != nullptr && (rc == ncclSuccess || rc == ncclInProgress)) rc = state_->settle_locked();
+    if (rc != ncclSuccess) {
+      const std::string why =
+          rc == ncclInProgress
+              ? detail::concat("not done after the timeout of ", seconds_text(options_.timeout),
+                               " s (are all ", size_, " ranks creating it, each on a GPU of its own?)")
+              : nccl_error_text(rc, state_->comm);
+      state_->abort_locked();
+      throw Error(detail::concat(state_->group_context(), ": creating the NCCL communicator on ", gpu_.str(),
+                                 " failed: ", why));
+    }
+  }
+  try {
+    DP_CUDA_CHECK(gpu_.index(), cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+                  "NcclProcessGroup: the communication stream");
+    barrier_buffer_ = zeros({1}, kFloat32, gpu_);
+    watchdog_ = std::thread([this] { run_watchdog(); });
+  } catch (...) {
+    shut_down();
+    throw;
+  }
+}
+
+NcclProcessGroup::~NcclProcessGroup() { shut_down(); }
+
+void NcclProcessGroup::shut_down() noexcept {
+  try {
+    // What was submitted runs to the end: the other ranks expect it. A hang ends at the
+    // watchdog's timeout, which breaks the group.
+    Backoff backoff;
+    for (;;) {
+      {
+        std::lock_guard lock(state_->mutex);
+        state_->retire_locked();
+        state_->check_health_locked(/*print=*/true);
+        if (state_->pending.empty() || !state_->failure.empty()) break;
+      }
+      backoff.pause();
+    }
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard lock(state_->mutex);
+        state_->stopping = true;
+      }
+      state_->wake.notify_all();
+      watchdog_.join();
+    }
+    {
+      std::lock_guard lock(state_->mutex);
+      if (state_->comm != nullptr) {
+        ncclResult_t rc = ncclCommFinalize(state_->comm);
+        if (rc == ncclSuccess || rc == ncclInProgress) rc = state_->settle_locked();
+        if (rc == ncclSuccess) {
+          rc = ncclCommDestroy(state_->comm);
+          state_->comm = nullptr;
+          if (rc != ncclSuccess) {
+            std::fprintf(stderr, "dptrain: %s: ncclCommDestroy failed: %s\n", state_->group_context().c_str(),
+                         nccl_error_text(rc, nullptr).c_str());
+          }
+        } else {
+          std::fprintf(stderr, "dptrain: %s: finalising the NCCL communicator failed (%s); aborting it\n",
+                       state_->group_context().c_str(),
+                       rc == ncclInProgress ? "timed out" : nccl_error_text(rc, state_->comm).c_str());
+          state_->abort_locked();
+        }
+      }
+    }
+    // After an abort NCCL's kernels return; once the stream is idle the tensors can go.
+    if (comm_stream_ != nullptr) DP_CUDA_REPORT(gpu_.index(), cudaStreamSynchronize(comm_stream_));
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->retire_locked();
+      state_->pending.clear();  // only after a CUDA error could any be left
+      state_->log = nullptr;
+    }
+    if (comm_stream_ != nullptr) DP_CUDA_REPORT(gpu_.index(), cudaStreamDestroy(comm_stream_));
+    comm_stream_ = nullptr;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dptrain: %s: destroying the NCCL process group: %s\n", state_->group_context().c_str(),
+                 e.what());
+  }
+}
+
+void NcclProcessGroup::activate() const {
+  int current = -1;
+  DP_CUDA_CHECK(gpu_.index(), cudaGetDevice(&current));
+  if (current != gpu_.index()) DP_CUDA_CHECK(gpu_.index(), cudaSetDevice(gpu_.index()));
+}
+
+void NcclProcessGroup::run_watchdog() {
+  pthread_setname_np(pthread_self(), "dp-nccl-watch");  // visible in top/gdb; failure is harmless
+  try {
+    activate();  // ncclCommAbort may run here
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dptrain NCCL watchdog: %s\n", e.what());
+  }
+  const std::chrono::milliseconds poll = poll_interval(options_.timeout);
+  std::unique_lock lock(state_->mutex);
+  while (!state_->stopping) {
+    state_->wake.wait_for(lock, poll);
+    if (state_->stopping) break;
+    try {
+      state_->watch_locked(Clock::now());
+    } catch (const std::exception& e) {  // formatting only; never expected
+      std::fprintf(stderr, "dptrain NCCL watchdog: %s\n", e.what());
+    }
+  }
+}
+
+// ---- Submission ------------------------------------------------------------------------------
+
+std::string NcclProcessGroup::where(const char* op) const {
+  return detail::concat("NcclProcessGroup::", op, " on rank ", rank_, " of ", size_);
+}
+
+void NcclProcessGroup::check_tensor(const char* op, const char* role, const Tensor& tensor) const {
+  DP_CHECK(tensor.defined(), where(op), ": the ", role, " is undefined");
+  DP_CHECK(tensor.device().is_cuda(), where(op), ": the ", role, " ", tensor.str(),
+           " is not on a GPU; the NCCL backend communicates CUDA tensors (use the MPI backend for CPU tensors)");
+  DP_CHECK(tensor.device() == gpu_, where(op), ": the ", role, " ", tensor.str(), " is not on this group's GPU (",
+           gpu_.str(), ")");
+  DP_CHECK(tensor.is_contiguous(), where(op), ": the ", role, " ", tensor.str(),
+           " is not contiguous; pass a contiguous tensor (such as a flat bucket)");
+}
+
+// The same rules as the MPI backend (mpi_reduction_supported), so that code runs on either.
+void NcclProcessGroup::check_reduction(const char* op, DType dtype, CollectiveReduce reduce) const {
+  DP_CHECK(reduce != CollectiveReduce::None, where(op), ": choose CollectiveReduce::Sum or CollectiveReduce::Average");
+  DP_CHECK(dtype != kUInt8 && dtype != kBool, where(op), ": ", collective_reduce_name(reduce), " of ",
+           dtype_name(dtype), ": uint8 and bool tensors cannot be reduced (sums would overflow or lose meaning); "
+           "convert to int32 first");
+  DP_CHECK(is_floating(dtype) || reduce != CollectiveReduce::Average, where(op), ": ", collective_reduce_name(reduce),
+           " of ", dtype_name(dtype),
+           ": the average of an integer tensor is not an integer; sum, then divide as floats");
+}
+
+WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output,
+                                 bool host_wait) {
+  activate();
+  if (output.defined()) output.bump_version();  // written in place, asynchronously
+  std::lock_guard lock(state_->mutex);  // also orders sequence numbers with launches
+  state_->retire_locked();
+  const uint64_t sequence = log_.append(fingerprint);
+  std::shared_ptr<NcclWork> work(new NcclWork(sequence, fingerprint, state_, backend_.stream(), host_wait));
+  if (!state_->failure.empty()) {
+    work->error_ = detail::concat(state_->context(*work), ": not run, the group is broken by an earlier failure: ",
+                                  state_->failure);
+    log_.set_state(sequence, CollectiveState::Failed);
+    return work;
+  }
+  const int device = gpu_.index();
+  try {
+    // NOTE [ NCCL streams and waits ]
+    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->ready_, cudaEventDisableTiming));
+    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->done_, cudaEventDisableTiming));
+    DP_CUDA_CHECK(device, cudaEventRecord(work->ready_, backend_.stream()));
+    DP_CUDA_CHECK(device, cudaStreamWaitEvent(comm_stream_, work->ready_, 0));
+    ncclComm_t comm = state_->comm;
+    const ncclDataType_t type = nccl_datatype(fingerprint.dtype);
+    const auto count = static_cast<size_t>(fingerprint.count);
+    ncclResult_t rc = ncclSuccess;
+    switch (fingerprint.op) {
+      case CollectiveOp::AllReduce:
+        if (count > 0) {
+          rc = ncclAllReduce(output.raw_data(), output.raw_data(), count, type, nccl_reduce_op(fingerprint.reduce),
+                             comm, comm_stream_);
+        }
+        break;
+      case CollectiveOp::Broadcast:
+        if (count > 0) {
+          rc = ncclBroadcast(output.raw_data(), output.raw_data(), count, type, fingerprint.root, comm,
+                             comm_stream_);
+        }
+        break;
+      case CollectiveOp::AllGather:  // in place when the input is this rank's slot of the output
+        if (count > 0) rc = ncclAllGather(input.raw_data(), output.raw_data(), count, type, comm, comm_stream_);
+        break;
+      case CollectiveOp::ReduceScatter:
+        if (count > 0) {
+          rc = ncclReduceScatter(input.raw_data(), output.raw_data(), count / static_cast<size_t>(size_), type,
+                                 nccl_reduce_op(fingerprint.reduce), comm, comm_stream_);
+        }
+        break;
+      case CollectiveOp::Barrier:
+        rc = ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm,
+                           comm_stream_);
+        break;
+    }
+    if (rc == ncclInProgress) rc = state_->settle_locked();
+    if (rc == ncclInProgress) {
+      throw Error(detail::concat(nccl_call_name(fingerprint.op), " was still being launched after the timeout of ",
+                                 seconds_text(options_.timeout), " s"));
+    }
+    check_nccl(rc, comm, nccl_call_name(fingerprint.op));
+    DP_CUDA_CHECK(device, cudaEventRecord(work->done_, comm_stream_));
+  } catch (const std::exception& e) {
+    // A launch failure breaks the group like any other (NOTE [ Process group contract ]); the error
+    // comes from wait(), as run-time errors do.
+    const std::string text = detail::concat(state_->context(*work), ": ", e.what());
+    work->error_ = text;
+    log_.set_state(sequence, CollectiveState::Failed);
+    state_->fail_locked(work.get(), text, /*print=*/false);
+    return work;
+  }
+  state_->pending.push_back({work, input, output, std::nullopt});
+  return work;
+}
+
+WorkPtr NcclProcessGroup::all_reduce(const Tensor& tensor, CollectiveReduce op, int64_t tag) {
+  check_tensor("all_reduce", "tensor", tensor);
+  check_reduction("all_reduce", tensor.dtype(), op);
+  return submit({CollectiveOp::AllReduce, op, tensor.dtype(), tensor.numel(), -1, tag}, tensor, tensor, false);
+}
+
+WorkPtr NcclProcessGroup::broadcast(const Tensor& tensor, int root, int64_t tag) {
+  check_tensor("broadcast", "tensor", tensor);
+  DP_CHECK(root >= 0 && root < size_, where("broadcast"), ": root ", root, " is not a rank of this group of ", size_);
+  return submit({CollectiveOp::Broadcast, CollectiveReduce::None, tensor.dtype(), tensor.numel(), root, tag}, tensor,
+                tensor, false);
+}
+
+WorkPtr NcclProcessGroup::all_gather(const Tensor& input, const Tensor& output, int64_t tag) {
+  check_tensor("all_gather", "input", input);
+  check_tensor("all_gather", "output", output);
+  DP_CHECK(input.dtype() == output.dtype(), where("all_gather"), ": input ", input.str(), " and output ",
+           output.str(), " differ in dtype");
+  DP_CHECK(output.numel() == size_ * input.numel(), where("all_gather"), ": output ", output.str(), " must hold ",
+           size_, " x ", input.numel(), " = ", size_ * input.numel(), " elements (one input per rank)");
+  // NCCL's in-place form is the input being this rank's slot; any other overlap is an error.
+  const bool in_place = input.raw_data() == static_cast<char*>(output.raw_data()) +
+                                               static_cast<size_t>(rank_) * input.nbytes();
+  DP_CHECK(in_place || !bytes_overlap(input, output), where("all_gather"),
+           ": input and output overlap; the input may alias only this rank's slot of the output");
+  return submit({CollectiveOp::AllGather, CollectiveReduce::None, input.dtype(), input.numel(), -1, tag}, input,
+                output, false);
+}
+
+WorkPtr NcclProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, CollectiveReduce op,
+                                         int64_t tag) {
+  check_tensor("reduce_scatter", "input", input);
+  check_tensor("reduce_scatter", "output", output);
+  DP_CHECK(input.dtype() == output.dtype(), where("reduce_scatter"), ": input ", input.str(), " and output ",
+           output.str(), " differ in dtype");
+  check_reduction("reduce_scatter", input.dtype(), op);
+  DP_CHECK(input.numel() == size_ * output.numel(), where("reduce_scatter"), ": input ", input.str(), " must hold ",
+           size_, " x ", output.numel(), " = ", size_ * output.numel(), " elements (one output-sized chunk per rank)");
+  DP_CHECK(!bytes_overlap(input, output), where("reduce_scatter"), ": input and output overlap");
+  return submit({CollectiveOp::ReduceScatter, op, input.dtype(), input.numel(), -1, tag}, input, output, false);
+}
+
+WorkPtr NcclProcessGroup::barrier(int64_t tag) {
+  return submit({CollectiveOp::Barrier, CollectiveReduce::None, kUInt8, 0, -1, tag}, Tensor(), Tensor(),
+                /*host_wait=*/true);
+}
+
+void NcclProcessGroup::synchronize() {
+  std::shared_ptr<NcclWork> last;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->retire_locked();
+    if (!state_->failure.empty()) throw Error(state_->failure);
+    if (!state_->pending.empty()) last = state_->pending.back().work;
+  }
+  if (!last) return;
+  last->synchronize();  // the stream runs them in order: the last one done is all done
+  std::lock_guard lock(state_->mutex);
+  state_->retire_locked();  // their tensors go and the log says Completed now, not at the next poll
+}
+
+}  // namespace dp

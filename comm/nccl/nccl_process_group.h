@@ -1,0 +1,168 @@
+// NcclProcessGroup: the ProcessGroup for CUDA tensors over NCCL, one GPU per rank.
+//
+// NOTE [ NCCL streams and waits ]
+// The group owns one communication stream (non-blocking) on its GPU; the compute stream is the
+// CUDA backend's stream(). Each collective is queued, on the submitting thread, as
+//   1. an event `ready` recorded on the compute stream, which the communication stream waits on,
+//      so NCCL reads the tensors only after the kernels that wrote them (submission order on the
+//      compute stream);
+//   2. the NCCL call on the communication stream (collectives run in submission order);
+//   3. an event `done` recorded on the communication stream after it.
+// Nothing blocks the host. Work::is_completed() asks whether `done` has passed. Work::wait() is
+// STREAM-ORDERED, as in PyTorch: it makes the compute stream wait for `done` and returns at once
+// (having thrown first if the collective has already failed). Kernels queued on the compute stream
+// afterwards, and the host copies of the CUDA backend (which wait for the compute stream), see the
+// result. Host code that reads the memory some other way, or times the communication, calls
+// NcclWork::synchronize(), which blocks the host until `done` (polling for NCCL errors), or
+// NcclProcessGroup::synchronize() for everything submitted. barrier() is the exception: its
+// wait() blocks the host, as a barrier must.
+//
+// The DDP reducer (comm/ddp/reducer.cpp) is correct with this: finish() waits on every bucket, so
+// the optimiser's kernels, queued later on the compute stream, read the averaged gradients. Its
+// timing is not: finish() returns without blocking, so ReducerStepStats' exposed communication
+// reads about zero and the time the GPU spends waiting for NCCL shows up wherever the host next
+// waits for the compute stream (reading the loss, the end of the step).
+//
+// Lifetime: the group keeps each collective's tensors until `done` has passed, whether or not the
+// Work is kept, so freeing a tensor right after submitting never lets the memory pool hand its
+// memory to other work while NCCL still uses it (NOTE [ CUDA memory pool ]).
+//
+// NOTE [ NCCL errors and abort ]
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL call blocks the host, so
+// a collective that never completes can always be aborted. Each group runs a watchdog thread that,
+// every poll interval (100 ms at most),
+//   - releases the tensors of collectives that have completed and marks them Completed in the log;
+//   - asks ncclCommGetAsyncError for an asynchronous error (a peer died, a network failure);
+//   - times the oldest incomplete collective from when it started (the compute stream reached its
+//     `ready` event; earlier collectives are done, so it is on the wire): past
+//     NcclProcessGroupOptions::timeout it has hung.
+// On an error or a timeout the communicator is aborted (ncclCommAbort, which makes NCCL's kernels
+// return) and the group is broken: the failing collective's Work throws from wait() a dp::Error
+// naming the rank, the collective's sequence number and fingerprint, and NCCL's own text
+// (ncclGetErrorString and ncclGetLastError); the other incomplete collectives, and every later
+// submission, throw "... the group is broken ...: <that error>". What the watchdog finds it also
+// prints to stderr, once: the training thread may be blocked in some other CUDA call. Work::wait()
+// and NcclWork::synchronize() poll for asynchronous errors themselves, so they throw as soon as
+// NCCL reports one; a failure may still come after a stream-ordered wait() has returned, and then
+// shows at the next submission or wait. A launch that NCCL rejects breaks the group the same way
+// (its Work fails; the error is thrown from wait(), as run-time errors are).
+//
+// NCCL does not check that ranks agree on a collective (the MPI backend does, NOTE [ MPI
+// communication thread ]): ranks issuing different collectives, or one rank skipping one, hang
+// until the timeout and the message names this rank's collective only. Diagnose with the MPI
+// backend, whose agreement check names every rank's.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "comm/mpi/mpi_environment.h"
+#include "comm/process_group.h"
+#include "runtime/core/device.h"
+
+struct CUstream_st;  // cudaStream_t
+struct CUevent_st;   // cudaEvent_t
+
+namespace dp {
+
+namespace cuda {
+class CudaBackend;
+}
+
+struct NcclProcessGroupOptions {
+  // A collective running for longer than this, or a communicator that stays busy (ncclInProgress)
+  // this long while being created, launching a collective or being finalised, aborts the
+  // communicator (NOTE [ NCCL errors and abort ]). Zero: no timeout; asynchronous errors still abort.
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+
+struct NcclGroupState;  // shared by the group, its Works and its watchdog (nccl_process_group.cpp)
+
+// The Work of an NcclProcessGroup collective (NOTE [ NCCL streams and waits ]).
+class NcclWork final : public Work {
+ public:
+  ~NcclWork() override;
+
+  // True once the collective has run on the communication stream, or has failed.
+  bool is_completed() const override;
+  // Stream-ordered: throws if the collective has failed, else makes the compute stream wait for
+  // it and returns without blocking the host. For barrier(), the same as synchronize().
+  void wait() override;
+  // Blocks the host until the collective has run, polling NCCL for asynchronous errors; throws
+  // the collective's failure, if any (a hang ends at the watchdog's timeout).
+  void synchronize();
+
+ private:
+  friend class NcclProcessGroup;
+  friend struct NcclGroupState;
+  NcclWork(uint64_t sequence, const CollectiveFingerprint& fingerprint, std::shared_ptr<NcclGroupState> state,
+           CUstream_st* compute_stream, bool host_wait);
+  bool done_passed() const;  // cudaEventQuery(done_); a CUDA error counts as passed (wait() reports it)
+
+  std::shared_ptr<NcclGroupState> state_;
+  CUstream_st* compute_stream_;
+  const bool host_wait_;          // barrier: wait() blocks the host
+  CUevent_st* ready_ = nullptr;   // on the compute stream, before the collective
+  CUevent_st* done_ = nullptr;    // on the communication stream, after it
+  std::string error_;             // guarded by the state's mutex; non-empty: failed
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over all ranks of `mpi`'s world (every rank creates its groups in the same order):
+  // rank 0 creates the NCCL unique id, MPI_Bcast sends it to every rank, and each creates its
+  // communicator on `gpu`, which must be a CUDA device of this process's Runtime (its backend's
+  // stream is the compute stream) and a different GPU on every rank of a node. The broadcast runs
+  // on the calling thread: under MPI_THREAD_SERIALIZED, create NCCL groups while no
+  // MpiProcessGroup exists. `mpi` is needed only here; `gpu`'s backend must outlive the group.
+  NcclProcessGroup(MpiEnvironment& mpi, Device gpu, NcclProcessGroupOptions options = {});
+  // Waits for every collective already submitted (the other ranks expect them; a hang ends at the
+  // timeout), then finalises and destroys the communicator (or has aborted it), and destroys the
+  // communication stream.
+  ~NcclProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend_name() const override { return "nccl"; }
+
+  WorkPtr all_reduce(const Tensor& tensor, CollectiveReduce op, int64_t tag = kNoTag) override;
+  WorkPtr broadcast(const Tensor& tensor, int root, int64_t tag = kNoTag) override;
+  WorkPtr all_gather(const Tensor& input, const Tensor& output, int64_t tag = kNoTag) override;
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, CollectiveReduce op,
+                         int64_t tag = kNoTag) override;
+  // A one-element all-reduce on the communication stream; its wait() blocks the host.
+  WorkPtr barrier(int64_t tag = kNoTag) override;
+
+  // Blocks the host until every collective submitted so far has run; throws the group's first
+  // failure, if any.
+  void synchronize();
+
+  Device device() const { return gpu_; }
+  CUstream_st* communication_stream() const { return comm_stream_; }  // a cudaStream_t
+
+ private:
+  // Queues one collective (NOTE [ NCCL streams and waits ]); `input`/`output` are kept until it
+  // has run.
+  WorkPtr submit(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output,
+                 bool host_wait);
+  std::string where(const char* op) const;  // "NcclProcessGroup::all_gather on rank 1 of 4"
+  // role: "tensor", "input" or "output", as the message names it.
+  void check_tensor(const char* op, const char* role, const Tensor& tensor) const;
+  void check_reduction(const char* op, DType dtype, CollectiveReduce reduce) const;
+  void activate() const;  // makes the group's GPU current on the calling thread
+  void run_watchdog();
+  void shut_down() noexcept;  // the destructor's work; also undoes a constructor that failed late
+
+  Device gpu_;
+  cuda::CudaBackend& backend_;
+  const NcclProcessGroupOptions options_;
+  int rank_ = -1, size_ = 0;
+  std::shared_ptr<NcclGroupState> state_;
+  CUstream_st* comm_stream_ = nullptr;
+  Tensor barrier_buffer_;  // one float32 zero, all-reduced by barrier()
+  std::thread watchdog_;
+};
+
+}  // namespace dp
