@@ -221,7 +221,9 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
 
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(optimizer_spec(config.optimizer), model->named_parameters(), OptimizerContext{group, cpu});
+  std::unique_ptr<Optimizer> optimizer =
+      make_optimizer(optimizer_spec(config.optimizer), model->named_parameters(),
+                     OptimizerContext{group, cpu, static_cast<int>(config.run.threads)});
   const std::vector<Tensor> parameters = model->parameters();
   train_loader->begin_epoch(0);
   const int64_t steps_per_epoch = train_loader->num_batches();

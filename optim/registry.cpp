@@ -113,6 +113,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
     o.grafting_beta2 = spec.grafting_beta2;
     o.process_group = context.process_group;
     o.host = context.host;
+    o.threads = context.threads;
     return std::make_unique<Shampoo>(std::move(groups), o);
   }
   unknown(name);

@@ -49,10 +49,11 @@ struct OptimizerSpec {
 
 // What an optimiser may need beyond its parameters. Shampoo spreads its root computations over
 // the process group's ranks (null: all local) and keeps its float64 state on `host` (a CPU device;
-// invalid: the parameters' device, which must then be the CPU).
+// invalid: the parameters' device, which must then be the CPU), computing there with `threads`.
 struct OptimizerContext {
   ProcessGroup* process_group = nullptr;
   Device host{};
+  int threads = 0;  // CPU threads for host-side work (Shampoo's products and roots); 0: OpenMP's default
 };
 
 double default_weight_decay(const std::string& name);

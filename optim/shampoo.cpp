@@ -1,5 +1,6 @@
 #include "optim/shampoo.h"
 
+#include <omp.h>
 #include <time.h>
 
 #include <Eigen/Dense>
@@ -291,8 +292,29 @@ void Shampoo::compute_roots(int64_t t) {
   ++root_computations_;
 }
 
+namespace {
+// omp_set_num_threads for the calling thread (an ICV of this thread, not a process setting) while
+// in scope: Eigen's products take their thread count from it.
+class OmpThreadsScope {
+ public:
+  explicit OmpThreadsScope(int threads) : saved_(omp_get_max_threads()), active_(threads > 0) {
+    if (active_) omp_set_num_threads(threads);
+  }
+  ~OmpThreadsScope() {
+    if (active_) omp_set_num_threads(saved_);
+  }
+  OmpThreadsScope(const OmpThreadsScope&) = delete;
+  OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+  bool active_;
+};
+}  // namespace
+
 void Shampoo::step() {
   NoGradGuard no_grad;
+  OmpThreadsScope threads(options_.threads);
   DP_CHECK(views_.size() == groups_.size(), name(), ": parameter groups were added after construction");
   struct Item {
     size_t g, i;

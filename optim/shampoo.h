@@ -79,6 +79,9 @@ struct ShampooOptions {
   ProcessGroup* process_group = nullptr;
   // Where the float64 state lives; invalid = the parameters' device, which must then be the CPU.
   Device host{};
+  // CPU threads for the float64 products and roots (Eigen over OpenMP), set for the calling thread
+  // during step() only; 0 leaves OpenMP's setting as it is.
+  int threads = 0;
 };
 
 class Shampoo : public Optimizer {
