@@ -111,6 +111,15 @@ World reconcile_world(const LauncherEnv& launcher, const MpiLayout& mpi) {
   return World{mpi.rank, mpi.size, mpi.local_rank, mpi.local_size, launcher.launcher};
 }
 
+std::string device_for_rank(const std::string& configured, const World& world) {
+  if (world.size == 1 || configured == "cpu") return configured;
+  if (configured == "cuda") return "cuda:" + std::to_string(world.local_rank);
+  DP_CHECK(world.local_size == 1, "run.device: ", configured, " would put all ", world.local_size,
+           " ranks of this node (rank ", world.rank, " is local rank ", world.local_rank,
+           ") on one GPU; use `cuda` to give each rank the GPU of its local rank");
+  return configured;
+}
+
 World discover_world(const MpiEnvironment& mpi, const EnvMap& env) {
   return reconcile_world(parse_launcher_env(env), mpi.layout());
 }

@@ -56,4 +56,10 @@ World reconcile_world(const LauncherEnv& launcher, const MpiLayout& mpi);
 // reconcile_world(parse_launcher_env(env), mpi.layout()).
 World discover_world(const MpiEnvironment& mpi, const EnvMap& env);
 
+// The device this rank trains on, from run.device: "cpu" stays; "cuda" on a world of more than one
+// rank becomes "cuda:<local rank>" (one GPU per rank, numbered by MPI's shared-memory split, so it
+// is right however many ranks each node has); a fixed "cuda:N" is kept for a single rank and
+// refused when several ranks share a node (they would all use GPU N). Pure: no CUDA call.
+std::string device_for_rank(const std::string& configured, const World& world);
+
 }  // namespace dp

@@ -53,12 +53,15 @@ int main(int argc, char** argv) {
     }
     const dp::EnvMap env = dp::process_environment();
     const dp::LauncherEnv launcher = dp::parse_launcher_env(env);
+    dp::World world;
     if (launched_as_many_ranks(launcher, env)) {
       mpi = std::make_unique<dp::MpiEnvironment>(&argc, &argv);
-      const dp::World world = dp::discover_world(*mpi, env);
+      world = dp::discover_world(*mpi, env);
       rank = world.rank;
       world_size = world.size;
     }
+    // The configs stay identical across ranks (their hash is compared); the device is per rank.
+    const std::string device = dp::device_for_rank(config.run.device, world);
     dp::Runtime runtime(dp::RuntimeOptions{static_cast<int>(config.run.threads)});
     if (world_size > 1) {
       dp::MpiProcessGroupOptions options;
@@ -73,7 +76,7 @@ int main(int argc, char** argv) {
     console.line(dp::to_yaml(config));
     std::unique_ptr<dp::MetricsLog> metrics;
     if (rank == 0) metrics = std::make_unique<dp::MetricsLog>(dp::prepare_metrics_path(config));
-    dp::TrainReport report = dp::train(config, runtime, console, metrics.get(), group.get());
+    dp::TrainReport report = dp::train(config, runtime, console, metrics.get(), group.get(), device);
     char line[400];
     std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "launch/config.h"
@@ -42,9 +43,10 @@ struct TrainReport {
 
 // Runs config's recipe on `runtime`; `metrics` may be null. With a `group` of more than one rank
 // the run is data-parallel (NOTE [ Distributed runs ] in trainer.cpp); every rank calls train().
+// `device` is this rank's (comm/world.h device_for_rank); empty means config.run.device.
 // Throws dp::Error on bad input.
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
-                  ProcessGroup* group = nullptr);
+                  ProcessGroup* group = nullptr, const std::string& device = "");
 
 // Checks that every rank of `group` resolved the same configuration (one all-gather of a hash);
 // a dp::Error naming the ranks that differ from rank 0 otherwise.

@@ -126,6 +126,19 @@ TEST(ReconcileWorld, LocalRankMismatch) {
       "SLURM_LOCALID=0 but MPI's shared-memory split says this is local rank 1 of 2");
 }
 
+TEST(DeviceForRank, CudaBindsTheLocalRanksGpu) {
+  // World{rank, size, local_rank, local_size}: two nodes of four ranks; this is rank 6.
+  const World world{6, 8, 2, 4, "slurm"};
+  EXPECT_EQ(device_for_rank("cuda", world), "cuda:2");  // the local rank, not rank % GPUs
+  EXPECT_EQ(device_for_rank("cpu", world), "cpu");
+  EXPECT_ERROR_CONTAINS(device_for_rank("cuda:1", world),
+                        "run.device: cuda:1 would put all 4 ranks of this node (rank 6 is local rank 2) on one GPU");
+  // One rank per node may pin its GPU; a single process keeps whatever it was given.
+  EXPECT_EQ(device_for_rank("cuda:1", World{3, 4, 0, 1, "slurm"}), "cuda:1");
+  EXPECT_EQ(device_for_rank("cuda", World{}), "cuda");
+  EXPECT_EQ(device_for_rank("cuda:3", World{}), "cuda:3");
+}
+
 TEST(ProcessEnvironment, SeesVariablesOfThisProcess) {
   ASSERT_EQ(setenv("DPTRAIN_WORLD_TEST_VARIABLE", "a=b", 1), 0);
   EnvMap env = process_environment();
