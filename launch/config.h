@@ -8,10 +8,11 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "optim/registry.h"
 
 namespace dp {
 
@@ -54,31 +55,9 @@ struct ModelConfig {
   double dropout = 0.0;
 };
 
-// Keys used by one optimiser only are ignored by the others. An unset optional takes the chosen
-// optimiser's default when the config is loaded (optim/registry.h), so a loaded Config has them set.
-struct OptimizerConfig {
-  std::string name = "sgd";            // sgd | adamw | lars | lamb | shampoo (optim/registry.h kOptimizerNames)
-  double lr = 0.05;
-  double momentum = 0.9;               // sgd, lars
-  double dampening = 0.0;              // sgd
-  bool nesterov = false;               // sgd
-  std::optional<double> weight_decay;  // sgd, lars 0; adamw, lamb 0.01
-  std::vector<double> betas = {0.9, 0.999};  // adamw, lamb, shampoo
-  std::optional<double> eps;           // adamw 1e-8, lamb 1e-6, lars 0, shampoo 1e-12
-  double eta = 0.001;                  // lars trust coefficient
-  bool lr_outside_momentum = false;    // lars variant
-  double max_grad_norm = 1.0;          // lamb's global-norm clipping (0: off)
-  double clip_grad_norm = 0.0;         // clipping before any optimiser's step (0: off)
-  std::optional<bool> exclude_1d;      // biases and norm parameters: sgd, adamw, shampoo false; lars, lamb true
-  std::vector<std::string> exclude_names;  // name substrings also excluded
-  // shampoo
-  int64_t max_preconditioner_dim = 1024;
-  int64_t precondition_frequency = 1;
-  int64_t start_preconditioning_step = -1;  // -1: precondition_frequency
-  std::string grafting = "adam";            // none | sgd | adagrad | adam
-  double grafting_eps = 1e-8;
-  double grafting_beta2 = 0.999;
-};
+// The optimizer section is the optimiser factory's own options struct (optim/registry.h); the
+// defaults that depend on optimizer.name are filled in when the config is loaded.
+using OptimizerConfig = OptimizerSpec;
 
 struct ScheduleConfig {
   std::string name = "constant";      // constant | step | cosine | poly | linear

@@ -79,32 +79,6 @@ std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_pe
   return make_lr_schedule(s.name, o);
 }
 
-OptimizerSpec optimizer_spec(const OptimizerConfig& o) {
-  OptimizerSpec spec;
-  spec.name = o.name;
-  spec.lr = o.lr;
-  spec.momentum = o.momentum;
-  spec.dampening = o.dampening;
-  spec.nesterov = o.nesterov;
-  spec.weight_decay = o.weight_decay;
-  DP_CHECK(o.betas.size() == 2, "optimizer.betas: expected two numbers [beta1, beta2]");
-  spec.beta1 = o.betas[0];
-  spec.beta2 = o.betas[1];
-  spec.eps = o.eps;
-  spec.eta = o.eta;
-  spec.lr_outside_momentum = o.lr_outside_momentum;
-  spec.max_grad_norm = o.max_grad_norm;
-  spec.exclude_1d = o.exclude_1d;
-  spec.exclude_names = o.exclude_names;
-  spec.max_preconditioner_dim = o.max_preconditioner_dim;
-  spec.precondition_frequency = o.precondition_frequency;
-  spec.start_preconditioning_step = o.start_preconditioning_step;
-  spec.grafting = o.grafting;
-  spec.grafting_eps = o.grafting_eps;
-  spec.grafting_beta2 = o.grafting_beta2;
-  return spec;
-}
-
 // A new run never overwrites what an earlier one wrote: an existing file is kept under a
 // timestamped name.
 std::string fresh_path(const std::filesystem::path& p) {
@@ -224,7 +198,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   for (const Tensor& p : model->parameters()) num_params += p.numel();
 
   std::unique_ptr<Optimizer> optimizer =
-      make_optimizer(optimizer_spec(config.optimizer), model->named_parameters(),
+      make_optimizer(config.optimizer, model->named_parameters(),
                      OptimizerContext{group, cpu, static_cast<int>(config.run.threads)});
   const std::vector<Tensor> parameters = model->parameters();
   train_loader->begin_epoch(0);

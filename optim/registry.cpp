@@ -47,11 +47,13 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
   DP_CHECK(spec.lr > 0, "optimizer.lr: expected a positive number, got ", spec.lr);
   DP_CHECK(wd >= 0, "optimizer.weight_decay: expected a non-negative number, got ", wd);
   DP_CHECK(eps >= 0, "optimizer.eps: expected a non-negative number, got ", eps);
+  DP_CHECK(spec.betas.size() == 2, "optimizer.betas: expected two numbers [beta1, beta2], got ", spec.betas.size());
+  const double beta1 = spec.betas[0], beta2 = spec.betas[1];
   // Shampoo's β2 = 1 means plain sums of the factors; Adam-type moments need β2 < 1.
   const bool beta2_may_be_one = name == "shampoo";
-  DP_CHECK(spec.beta1 >= 0 && spec.beta1 < 1 && spec.beta2 >= 0 && (spec.beta2 < 1 || (beta2_may_be_one && spec.beta2 == 1)),
+  DP_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && (beta2 < 1 || (beta2_may_be_one && beta2 == 1)),
            "optimizer.betas: expected two numbers in [0, 1)", beta2_may_be_one ? " (β2 = 1 allowed)" : "", ", got [",
-           spec.beta1, ", ", spec.beta2, "]");
+           beta1, ", ", beta2, "]");
   ExclusionRule rule;
   rule.one_dimensional = spec.exclude_1d.value_or(default_exclude_1d(name));
   rule.name_contains = spec.exclude_names;
@@ -65,8 +67,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
                                                                .nesterov = spec.nesterov, .weight_decay = wd});
   }
   if (name == "adamw")
-    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{.lr = spec.lr, .beta1 = spec.beta1,
-                                                                   .beta2 = spec.beta2, .eps = eps,
+    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{.lr = spec.lr, .beta1 = beta1,
+                                                                   .beta2 = beta2, .eps = eps,
                                                                    .weight_decay = wd});
   if (name == "lars") {
     DP_CHECK(spec.eta > 0, "optimizer.eta: expected a positive number, got ", spec.eta);
@@ -78,13 +80,13 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
   if (name == "lamb") {
     DP_CHECK(spec.max_grad_norm >= 0, "optimizer.max_grad_norm: expected a non-negative number, got ",
              spec.max_grad_norm);
-    return std::make_unique<LAMB>(std::move(groups), LambOptions{.lr = spec.lr, .beta1 = spec.beta1,
-                                                                 .beta2 = spec.beta2, .eps = eps,
+    return std::make_unique<LAMB>(std::move(groups), LambOptions{.lr = spec.lr, .beta1 = beta1,
+                                                                 .beta2 = beta2, .eps = eps,
                                                                  .weight_decay = wd,
                                                                  .max_grad_norm = spec.max_grad_norm});
   }
   if (name == "shampoo") {
-    DP_CHECK(spec.beta2 > 0, "optimizer.betas: shampoo needs β2 in (0, 1], got ", spec.beta2);
+    DP_CHECK(beta2 > 0, "optimizer.betas: shampoo needs β2 in (0, 1], got ", beta2);
     DP_CHECK(spec.max_preconditioner_dim >= 1, "optimizer.max_preconditioner_dim: expected a positive integer, got ",
              spec.max_preconditioner_dim);
     DP_CHECK(spec.precondition_frequency >= 1, "optimizer.precondition_frequency: expected a positive integer, got ",
@@ -97,8 +99,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
              "optimizer.grafting_beta2: expected a number in (0, 1), got ", spec.grafting_beta2);
     ShampooOptions o;
     o.lr = spec.lr;
-    o.beta1 = spec.beta1;
-    o.beta2 = spec.beta2;
+    o.beta1 = beta1;
+    o.beta2 = beta2;
     o.epsilon = eps;
     o.weight_decay = wd;
     o.max_preconditioner_dim = spec.max_preconditioner_dim;

@@ -23,7 +23,9 @@ class ProcessGroup;
 
 inline constexpr std::array<std::string_view, 5> kOptimizerNames = {"sgd", "adamw", "lars", "lamb", "shampoo"};
 
-// The YAML optimizer section, without YAML. Unset optionals take the optimiser's default.
+// The YAML optimizer section (launch/config.h's OptimizerConfig is this struct; the YAML layer
+// parses and prints it). Keys used by one optimiser only are ignored by the others. Unset
+// optionals take the optimiser's default (config loading fills them in).
 struct OptimizerSpec {
   std::string name = "sgd";
   double lr = 0.05;
@@ -31,11 +33,12 @@ struct OptimizerSpec {
   double dampening = 0.0;         // sgd
   bool nesterov = false;          // sgd
   std::optional<double> weight_decay;  // sgd 0, adamw 0.01, lars 0, lamb 0.01
-  double beta1 = 0.9, beta2 = 0.999;   // adamw, lamb (β2 < 1); shampoo (β2 = 1: plain sums)
+  std::vector<double> betas = {0.9, 0.999};  // [β1, β2]: adamw, lamb (β2 < 1); shampoo (β2 = 1: plain sums)
   std::optional<double> eps;           // adamw 1e-8, lamb 1e-6, lars 0, shampoo 1e-12
   double eta = 0.001;                  // lars trust coefficient
   bool lr_outside_momentum = false;    // lars variant
   double max_grad_norm = 1.0;          // lamb global clipping (0: off)
+  double clip_grad_norm = 0.0;         // any optimiser: global-norm clipping by the caller before step() (0: off)
   std::optional<bool> exclude_1d;      // sgd, adamw, shampoo false; lars, lamb true
   std::vector<std::string> exclude_names;  // name substrings excluded as well
   // shampoo (optim/shampoo.h, Meta's distributed_shampoo names)

@@ -67,8 +67,7 @@ TEST_F(RegistryTest, ShampooTakesItsOptionsAndBetaTwoOfOne) {
   OptimizerSpec spec;
   spec.name = "shampoo";
   spec.lr = 0.01;
-  spec.beta1 = 0.0;
-  spec.beta2 = 1.0;  // plain sums: allowed for shampoo only
+  spec.betas = {0.0, 1.0};  // β2 = 1, plain sums: allowed for shampoo only
   spec.max_preconditioner_dim = 4;
   spec.precondition_frequency = 3;
   spec.grafting = "adagrad";
