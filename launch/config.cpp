@@ -300,7 +300,8 @@ Section<DistributedConfig> distributed_section() {
            field("bucket_mb", &DistributedConfig::bucket_mb, positive_number()),
            field("find_unused_parameters", &DistributedConfig::find_unused_parameters, boolean()),
            field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs)),
-           field("timeout_s", &DistributedConfig::timeout_s, non_negative_number())},
+           field("timeout_s", &DistributedConfig::timeout_s, non_negative_number()),
+           field("check_agreement", &DistributedConfig::check_agreement, boolean())},
           nullptr};
 }
 

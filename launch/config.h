@@ -82,6 +82,7 @@ struct DistributedConfig {
   bool find_unused_parameters = false; // zero-fill parameters a step leaves without gradient
   std::string buffer_sync = "broadcast";  // BatchNorm statistics before evaluation: broadcast | average
   double timeout_s = 300;              // watchdog: a collective stuck this long aborts every rank (0: off)
+  bool check_agreement = true;         // ranks compare each collective's fingerprint before running it
 };
 
 struct Config {

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
       dp::MpiProcessGroupOptions options;
       options.watchdog_timeout = std::chrono::milliseconds(std::llround(config.distributed.timeout_s * 1000.0));
       options.rank_ordered_sums = config.run.deterministic;
+      options.check_agreement = config.distributed.check_agreement;
       group = std::make_unique<dp::MpiProcessGroup>(*mpi, options);
       dp::check_same_config_on_every_rank(config, *group, runtime.cpu());
     }

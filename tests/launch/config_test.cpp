@@ -1,7 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-
 #include <filesystem>
 #include <fstream>
 
@@ -46,6 +45,24 @@ loss: {label_smoothing: 0.1}
   EXPECT_TRUE(c.optimizer.nesterov);
   EXPECT_EQ(c.schedule.step_epochs, (std::vector<double>{1, 2.5}));
   EXPECT_DOUBLE_EQ(c.loss.label_smoothing, 0.1);
+}
+
+TEST(Config, ReadsTheDistributedAndDeterminismKeys) {
+  Config c = config_from_yaml_string(R"(
+run: {deterministic: true}
+distributed: {bucket_mb: 4, timeout_s: 30, check_agreement: false, buffer_sync: average}
+)", "t.yaml");
+  EXPECT_TRUE(c.run.deterministic);
+  EXPECT_DOUBLE_EQ(c.distributed.bucket_mb, 4);
+  EXPECT_DOUBLE_EQ(c.distributed.timeout_s, 30);
+  EXPECT_FALSE(c.distributed.check_agreement);
+  EXPECT_EQ(c.distributed.buffer_sync, "average");
+  const Config defaults = config_from_yaml_string("", "empty.yaml");
+  EXPECT_FALSE(defaults.run.deterministic);
+  EXPECT_DOUBLE_EQ(defaults.distributed.timeout_s, 300);
+  EXPECT_TRUE(defaults.distributed.check_agreement);
+  EXPECT_THAT(load_error("distributed:\n  timeout_s: -1\n"),
+              HasSubstr("test.yaml:2: distributed.timeout_s: expected a non-negative number, got -1"));
 }
 
 TEST(Config, RejectsBadValuesNamingFileLineAndKey) {
