@@ -32,19 +32,19 @@ std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
 }
 }  // namespace
 
-double grad_norm(const std::vector<Tensor>& params) {
+double global_norm(const std::vector<Tensor>& xs) {
   double total = 0;
-  for (double s : squared_norms(grads_of(params))) total += s;
+  for (double s : squared_norms(xs)) total += s;
   return std::sqrt(total);
 }
+
+double grad_norm(const std::vector<Tensor>& params) { return global_norm(grads_of(params)); }
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   DP_CHECK(max_norm > 0, "clip_grad_norm_: max_norm must be > 0, got ", max_norm);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = grads_of(params);
-  double total = 0;
-  for (double s : squared_norms(grads)) total += s;
-  const double norm = std::sqrt(total);
+  const double norm = global_norm(grads);
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {

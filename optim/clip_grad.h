@@ -11,6 +11,9 @@ namespace dp {
 // made contiguous; all on one device; float32 or float64).
 std::vector<double> squared_norms(const std::vector<Tensor>& xs);
 
+// The L2 norm of all of `xs` taken together: √(Σ squared_norms(xs)).
+double global_norm(const std::vector<Tensor>& xs);
+
 // The L2 norm of all gradients of `params` taken together (parameters without one skipped).
 double grad_norm(const std::vector<Tensor>& params);
 

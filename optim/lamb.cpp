@@ -37,9 +37,7 @@ void LAMB::step() {
   if (items.empty()) return;
 
   // Stage 0: the global gradient norm across all groups.
-  double total = 0;
-  for (double s : squared_norms(grads)) total += s;
-  last_grad_norm_ = std::sqrt(total);
+  last_grad_norm_ = global_norm(grads);
   const double divisor =
       options_.max_grad_norm > 0 && last_grad_norm_ > options_.max_grad_norm ? last_grad_norm_ / options_.max_grad_norm
                                                                              : 1.0;
@@ -65,9 +63,7 @@ void LAMB::step() {
   }
   // Stage 2: ‖w‖ and ‖u‖ in one pass, then w ← w − lr·r·u.
   const std::vector<double> sq = squared_norms(to_norm);
-  last_trust_.assign(groups_.size(), {});
-  for (size_t g = 0; g < groups_.size(); ++g)
-    last_trust_[g].assign(groups_[g].params.size(), std::numeric_limits<double>::quiet_NaN());
+  last_trust_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
   size_t k = 0;
   for (const Item& it : items) {
     double ratio = 1.0;

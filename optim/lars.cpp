@@ -40,9 +40,7 @@ void LARS::step() {
     }
   });
   const std::vector<double> sq = squared_norms(to_norm);
-  last_trust_.assign(groups_.size(), {});
-  for (size_t g = 0; g < groups_.size(); ++g)
-    last_trust_[g].assign(groups_[g].params.size(), std::numeric_limits<double>::quiet_NaN());
+  last_trust_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
   size_t k = 0;
   for (const Item& it : items) {
     const ParamGroup& group = groups_[it.g];

@@ -45,6 +45,12 @@ std::string Optimizer::describe_param(size_t group, size_t index) const {
   return s;
 }
 
+std::vector<std::vector<double>> Optimizer::per_parameter(double value) const {
+  std::vector<std::vector<double>> out(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) out[g].assign(groups_[g].params.size(), value);
+  return out;
+}
+
 Tensor& Optimizer::zeroed_buffer(size_t group, size_t index, const std::string& buffer) {
   Tensor& t = state_[group][index].buffers[buffer];
   if (!t.defined()) {

@@ -88,6 +88,8 @@ class Optimizer {
   void for_each_param_with_grad(const std::function<void(size_t, size_t, const Tensor&, const Tensor&)>& fn) const;
   // "group g parameter i (name)" for messages.
   std::string describe_param(size_t group, size_t index) const;
+  // One `value` per parameter, indexed [group][param] (per-parameter figures such as trust ratios).
+  std::vector<std::vector<double>> per_parameter(double value) const;
 
   std::vector<ParamGroup> groups_;
 
