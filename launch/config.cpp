@@ -199,7 +199,9 @@ Section<RunConfig> run_section() {
            field("metrics_file", &RunConfig::metrics_file, text()),
            field("max_steps", &RunConfig::max_steps, non_negative_int()),
            field("eval_every_epoch", &RunConfig::eval_every_epoch, boolean()),
-           field("deterministic", &RunConfig::deterministic, boolean())},
+           field("deterministic", &RunConfig::deterministic, boolean()),
+           field("allow_tf32", &RunConfig::allow_tf32, boolean()),
+           field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean())},
           nullptr};
 }
 

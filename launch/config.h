@@ -31,6 +31,12 @@ struct RunConfig {
   // comm/mpi/mpi_process_group.h); the rest of the CPU path is repeatable already for a fixed
   // thread count and seed.
   bool deterministic = false;
+  // GPU: float32 GEMMs and convolutions on tensor cores with TF32 inputs (10-bit mantissa,
+  // several times faster). PyTorch's matmul default (off); its cuDNN default is on.
+  bool allow_tf32 = false;
+  // GPU: time every cuDNN convolution algorithm once per shape and keep the fastest
+  // (torch.backends.cudnn.benchmark); off: cuDNN's heuristic choice.
+  bool cudnn_benchmark = true;
 };
 
 struct DataConfig {

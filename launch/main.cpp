@@ -10,6 +10,9 @@
 
 #include "comm/mpi/mpi_environment.h"
 #include "comm/mpi/mpi_process_group.h"
+#ifdef DPTRAIN_HAVE_NCCL
+#include "comm/nccl/nccl_process_group.h"
+#endif
 #include "comm/world.h"
 #include "launch/cli.h"
 #include "launch/config.h"
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
   // Outside the try: on an error the catch must run before the group's destructor, which would
   // wait for collectives the other ranks may never join.
   std::unique_ptr<dp::MpiEnvironment> mpi;
+  std::unique_ptr<dp::ProcessGroup> gpu_group;  // NCCL, for the gradients of a GPU run
   std::unique_ptr<dp::MpiProcessGroup> group;
   try {
     const dp::Config config = dp::load_config(args.config_path, args.overrides);
@@ -62,10 +66,28 @@ int main(int argc, char** argv) {
     }
     // The configs stay identical across ranks (their hash is compared); the device is per rank.
     const std::string device = dp::device_for_rank(config.run.device, world);
-    dp::Runtime runtime(dp::RuntimeOptions{static_cast<int>(config.run.threads)});
+    dp::RuntimeOptions runtime_options;
+    runtime_options.cpu_threads = static_cast<int>(config.run.threads);
+    runtime_options.allow_tf32 = config.run.allow_tf32;
+    runtime_options.cudnn_benchmark = config.run.cudnn_benchmark;
+    dp::Runtime runtime(runtime_options);
+    const auto timeout = std::chrono::milliseconds(std::llround(config.distributed.timeout_s * 1000.0));
+    if (world_size > 1 && runtime.device(device).is_cuda()) {
+      // Before the MPI group: NCCL's id is broadcast on this thread, which MPI_THREAD_SERIALIZED
+      // allows only while no MPI group's communication thread runs.
+#ifdef DPTRAIN_HAVE_NCCL
+      dp::NcclProcessGroupOptions nccl_options;
+      nccl_options.timeout = timeout;
+      gpu_group = std::make_unique<dp::NcclProcessGroup>(*mpi, runtime.device(device), nccl_options);
+#else
+      throw dp::Error("data-parallel training on " + device +
+                      " needs the NCCL process group, and this build has none (NCCL was not found at configure "
+                      "time: install it with the CUDA toolkit or set NCCL_ROOT, then rebuild)");
+#endif
+    }
     if (world_size > 1) {
       dp::MpiProcessGroupOptions options;
-      options.watchdog_timeout = std::chrono::milliseconds(std::llround(config.distributed.timeout_s * 1000.0));
+      options.watchdog_timeout = timeout;
       options.rank_ordered_sums = config.run.deterministic;
       options.check_agreement = config.distributed.check_agreement;
       group = std::make_unique<dp::MpiProcessGroup>(*mpi, options);
@@ -77,13 +99,15 @@ int main(int argc, char** argv) {
     console.line(dp::to_yaml(config));
     std::unique_ptr<dp::MetricsLog> metrics;
     if (rank == 0) metrics = std::make_unique<dp::MetricsLog>(dp::prepare_metrics_path(config));
-    dp::TrainReport report = dp::train(config, runtime, console, metrics.get(), group.get(), device);
+    dp::TrainReport report =
+        dp::train(config, runtime, console, metrics.get(), group.get(), device, gpu_group.get());
     char line[400];
     std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
                   static_cast<unsigned long long>(report.model_digest), metrics ? metrics->path().c_str() : "-");
     console.line(line);
     group.reset();
+    gpu_group.reset();
     return 0;
   } catch (const std::exception& e) {
     const bool ours = dynamic_cast<const dp::Error*>(&e) != nullptr;

@@ -20,6 +20,7 @@
 #include "optim/registry.h"
 #include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/data/batch_uploader.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/loader.h"
 #include "runtime/ops/creation.h"
@@ -46,24 +47,26 @@ struct Evaluation {
   double accuracy = std::numeric_limits<double>::quiet_NaN();
 };
 
-// Test-set loss and accuracy, with no autograd graph and the model in eval mode.
-Evaluation evaluate(nn::Module& model, DataLoader& loader, Device device) {
+// Test-set loss and accuracy, with no autograd graph and the model in eval mode. Sums stay on
+// the device until the end (one read, not one per batch).
+Evaluation evaluate(nn::Module& model, DataLoader& loader, BatchUploader& uploader, Device device) {
   NoGradGuard no_grad;
   model.eval();
   loader.begin_epoch(0);
-  double loss_sum = 0;
-  int64_t correct = 0, count = 0;
+  Tensor loss_sum = zeros({}, kFloat64, device), correct = zeros({}, kFloat64, device);
+  int64_t count = 0;
   while (std::optional<LoadedBatch> batch = loader.next()) {
-    Tensor images = batch->images.to(device), labels = batch->labels.to(device);
-    Tensor logits = model.forward(images);
-    loss_sum += cross_entropy(logits, labels, Reduction::Sum).item<double>();
-    const std::vector<int64_t> predicted = argmax(logits, -1).to_vector<int64_t>();
-    const std::vector<int64_t> truth = labels.to_vector<int64_t>();
-    for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i];
+    const Batch b = uploader.upload(*batch);
+    Tensor logits = model.forward(b.images);
+    loss_sum = add(loss_sum, cross_entropy(logits, b.labels, Reduction::Sum).to(kFloat64));
+    Tensor hits = equal(argmax(logits, -1).to(kFloat32), b.labels.to(kFloat32));
+    correct = add(correct, sum(hits).to(kFloat64));
     count += batch->size();
+    uploader.release_host_buffers();
   }
   model.train();
-  return {loss_sum / static_cast<double>(count), static_cast<double>(correct) / static_cast<double>(count)};
+  DP_CHECK(count > 0, "evaluation: the test set gave no batches");
+  return {loss_sum.item<double>() / static_cast<double>(count), correct.item<double>() / static_cast<double>(count)};
 }
 
 std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_per_epoch) {
@@ -95,7 +98,8 @@ std::string fresh_path(const std::filesystem::path& p) {
 // The training loader of a distributed run takes this rank's shard (disjoint across ranks each
 // epoch) in batches of batch_size / world_size.
 std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig& d, Device cpu, bool train,
-                                        uint64_t seed, int rank = 0, int world_size = 1) {
+                                        uint64_t seed, HostAllocator host_allocator, int rank = 0,
+                                        int world_size = 1) {
   std::unique_ptr<Sampler> sampler;
   if (train && world_size > 1) {
     DistributedSamplerOptions o;
@@ -115,6 +119,7 @@ std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig
   DataLoaderOptions options;
   options.num_threads = static_cast<int>(d.loader_threads);
   options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
+  options.host_allocator = std::move(host_allocator);
   return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
 }
 
@@ -152,7 +157,7 @@ void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, 
 // buffers are made equal (distributed.buffer_sync) and rank 0 evaluates the whole test set; only
 // rank 0 prints and writes files.
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
-                  ProcessGroup* group, const std::string& device_name) {
+                  ProcessGroup* group, const std::string& device_name, ProcessGroup* device_group) {
   const Device device = runtime.device(device_name.empty() ? config.run.device : device_name);
   const Device cpu = runtime.cpu();
   const int world_size = group ? group->size() : 1, rank = group ? group->rank() : 0;
@@ -160,19 +165,25 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
     DP_CHECK(config.data.batch_size % world_size == 0, "data.batch_size ", config.data.batch_size,
              " is the global batch and must be divisible by the world size ", world_size, " (each rank takes ",
              "batch_size / world_size); choose a multiple of ", world_size);
-    DP_CHECK(device.is_cpu(), "distributed training on ", device.str(),
-             " is not available yet: the CUDA backend lacks most of the models' kernels (convolution, "
-             "normalisation, loss; a later issue), so the NCCL process group (comm/nccl/) is not wired into "
-             "the trainer; use run.device: cpu");
+    DP_CHECK(device.is_cpu() || (device_group != nullptr && device_group->size() == world_size), "train: ",
+             device.str(), " on ", world_size, " ranks needs a process group for GPU tensors (NCCL) over the ",
+             "same ranks");
   }
+  // Collectives on the model's tensors: the MPI group on the CPU, NCCL on a GPU.
+  ProcessGroup* model_group = device.is_cpu() ? group : device_group;
 
   // ---- Data ----
   const Normalization norm{config.data.mean, config.data.std};
   FashionMnist train_set(config.data.root, Split::Train, norm);
   FashionMnist test_set(config.data.root, Split::Test, norm);
-  std::unique_ptr<DataLoader> train_loader =
-      make_loader(train_set, config.data, cpu, true, config.run.seed, rank, world_size);
-  std::unique_ptr<DataLoader> test_loader = make_loader(test_set, config.data, cpu, false, config.run.seed);
+  // NOTE [ Batch upload ]: on a GPU the loaders fill pinned buffers that are copied
+  // asynchronously; on the CPU batches are used where they were filled.
+  std::unique_ptr<BatchUploader> train_uploader = make_batch_uploader(device, cpu);
+  std::unique_ptr<BatchUploader> test_uploader = make_batch_uploader(device, cpu);
+  std::unique_ptr<DataLoader> train_loader = make_loader(train_set, config.data, cpu, true, config.run.seed,
+                                                         train_uploader->host_allocator(), rank, world_size);
+  std::unique_ptr<DataLoader> test_loader =
+      make_loader(test_set, config.data, cpu, false, config.run.seed, test_uploader->host_allocator());
 
   // ---- Model, optimiser, schedule ----
   Generator init_gen(config.run.seed);
@@ -187,12 +198,12 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   model->train();
   std::unique_ptr<Reducer> reducer;
   if (world_size > 1) {
-    broadcast_model_from_rank0(*model, *group);
+    broadcast_model_from_rank0(*model, *model_group);
     ReducerOptions ro;
     ro.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mb * (1 << 20));
     ro.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
     ro.find_unused_parameters = config.distributed.find_unused_parameters;
-    reducer = std::make_unique<Reducer>(model->named_parameters(), *group, ro);
+    reducer = std::make_unique<Reducer>(model->named_parameters(), *model_group, ro);
   }
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
@@ -215,7 +226,8 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
        << " steps per epoch";
     if (world_size > 1)
       os << "\ndata-parallel over " << world_size << " ranks (" << group->backend_name() << "): batch "
-         << config.data.batch_size / world_size << " per rank, " << reducer->buckets().size() << " gradient buckets";
+         << config.data.batch_size / world_size << " per rank, " << reducer->buckets().size() << " gradient buckets"
+         << (model_group != group ? std::string(" (") + model_group->backend_name() + ")" : "");
     console.line(os.str());
   }
   if (metrics)
@@ -228,7 +240,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       console.terminal() ? std::max<int64_t>(1, std::min<int64_t>(config.run.log_every, 10)) : config.run.log_every;
 
   TrainReport report;
-  StepProfiler profiler;
+  StepProfiler profiler(&device.backend());  // NOTE [ Step timing on a GPU ]
   // Communication over the run and since the last report (distributed runs).
   double run_comm_ms = 0, run_exposed_ms = 0, window_comm_ms = 0, window_exposed_ms = 0;
   int64_t synced_steps = 0, window_synced = 0;
@@ -247,7 +259,8 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = train_loader->next();
       if (!batch) break;
-      Tensor images = batch->images.to(device), labels = batch->labels.to(device);
+      const Batch on_device = train_uploader->upload(*batch);
+      const Tensor &images = on_device.images, &labels = on_device.labels;
       const int64_t batch_size = batch->size();
 
       const double lr = clock.lr();
@@ -285,6 +298,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       optimizer->zero_grad(/*set_to_none=*/true);
       profiler.end();
       profiler.step_done();
+      train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader
 
       {
@@ -311,8 +325,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
         if (metrics && (step_in_epoch % config.run.log_every == 0 || stop)) {
           nlohmann::json phases;
           for (int p = 0; p < static_cast<int>(Phase::kCount); ++p)
-            phases[phase_name(static_cast<Phase>(p))] =
-                1e3 * profiler.seconds(static_cast<Phase>(p)) / static_cast<double>(profiler.steps());
+            phases[phase_name(static_cast<Phase>(p))] = profiler.ms_per_step(static_cast<Phase>(p));
           nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", lr},
                                 {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}};  // global
           if (window_synced > 0)
@@ -343,9 +356,9 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
     Evaluation eval;
     if (config.run.eval_every_epoch || epoch == config.run.epochs || stop) {
       if (world_size > 1)
-        sync_buffers(*model, *group,
+        sync_buffers(*model, *model_group,
                      config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
-      if (rank == 0) eval = evaluate(*model, *test_loader, device);
+      if (rank == 0) eval = evaluate(*model, *test_loader, *test_uploader, device);
     }
     e.test_loss = eval.loss;
     e.test_accuracy = eval.accuracy;
@@ -364,6 +377,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
     os.precision(1);
     os << ", " << e.train_seconds << " s, " << e.samples_per_second << " samples/s";
     console.line(os.str());
+    profiler.flush();
     console.line("  step time: " + profiler.summary());
     if (metrics) {
       nlohmann::json rec = {{"event", "epoch"},          {"epoch", epoch},

@@ -44,9 +44,12 @@ struct TrainReport {
 // Runs config's recipe on `runtime`; `metrics` may be null. With a `group` of more than one rank
 // the run is data-parallel (NOTE [ Distributed runs ] in trainer.cpp); every rank calls train().
 // `device` is this rank's (comm/world.h device_for_rank); empty means config.run.device.
-// Throws dp::Error on bad input.
+// `group` takes CPU tensors (MPI); a GPU run's gradients, weights and buffers go through
+// `device_group` (NCCL over the same ranks), required when the device is a GPU and the world
+// has more than one rank. Throws dp::Error on bad input.
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
-                  ProcessGroup* group = nullptr, const std::string& device = "");
+                  ProcessGroup* group = nullptr, const std::string& device = "",
+                  ProcessGroup* device_group = nullptr);
 
 // Checks that every rank of `group` resolved the same configuration (one all-gather of a hash);
 // a dp::Error naming the ranks that differ from rank 0 otherwise.

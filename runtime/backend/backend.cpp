@@ -2,6 +2,49 @@
 
 namespace dp {
 
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::Copy: return "copy";
+    case Kernel::Fill: return "fill";
+    case Kernel::Arange: return "arange";
+    case Kernel::Random: return "random";
+    case Kernel::Unary: return "unary";
+    case Kernel::UnaryBackward: return "unary_backward";
+    case Kernel::Binary: return "binary";
+    case Kernel::BinaryScalar: return "binary_scalar";
+    case Kernel::Axpby: return "axpby";
+    case Kernel::Reduce: return "reduce";
+    case Kernel::ArgmaxRows: return "argmax_rows";
+    case Kernel::Gemm: return "gemm";
+    case Kernel::Conv2dForward: return "conv2d_forward";
+    case Kernel::Conv2dBackwardInput: return "conv2d_backward_input";
+    case Kernel::Conv2dBackwardWeight: return "conv2d_backward_weight";
+    case Kernel::MaxPool2dForward: return "max_pool2d_forward";
+    case Kernel::MaxPool2dBackward: return "max_pool2d_backward";
+    case Kernel::AvgPool2dForward: return "avg_pool2d_forward";
+    case Kernel::AvgPool2dBackward: return "avg_pool2d_backward";
+    case Kernel::AdaptiveAvgPool2dForward: return "adaptive_avg_pool2d_forward";
+    case Kernel::AdaptiveAvgPool2dBackward: return "adaptive_avg_pool2d_backward";
+    case Kernel::BatchNormForward: return "batch_norm_forward";
+    case Kernel::BatchNormBackward: return "batch_norm_backward";
+    case Kernel::LayerNormForward: return "layer_norm_forward";
+    case Kernel::LayerNormBackward: return "layer_norm_backward";
+    case Kernel::SoftmaxForward: return "softmax_forward";
+    case Kernel::SoftmaxBackward: return "softmax_backward";
+    case Kernel::CrossEntropyForward: return "cross_entropy_forward";
+    case Kernel::CrossEntropyBackward: return "cross_entropy_backward";
+    case Kernel::EmbeddingForward: return "embedding_forward";
+    case Kernel::EmbeddingBackward: return "embedding_backward";
+    case Kernel::SgdUpdate: return "sgd_update";
+    case Kernel::AdamwUpdate: return "adamw_update";
+    case Kernel::LambDirection: return "lamb_direction";
+    case Kernel::LarsUpdate: return "lars_update";
+    case Kernel::SquaredNorms: return "squared_norms";
+    case Kernel::kCount: break;
+  }
+  return "?";
+}
+
 const char* unary_op_name(UnaryOp op) {
   switch (op) {
     case UnaryOp::Neg: return "neg";
@@ -37,7 +80,7 @@ const char* binary_op_name(BinaryOp op) {
 
 void Backend::unsupported(const char* op) const {
   throw Error(detail::concat(op, ": no ", device_type() == DeviceType::CPU ? "CPU" : "CUDA",
-                             " kernel yet (device ", Device(const_cast<Backend*>(this)).str(), ")"));
+                             " kernel (device ", Device(const_cast<Backend*>(this)).str(), ")"));
 }
 
 }  // namespace dp

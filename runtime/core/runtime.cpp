@@ -7,7 +7,8 @@
 
 namespace dp {
 
-Runtime::Runtime(const RuntimeOptions& options) : cpu_(std::make_unique<CpuBackend>(options.cpu_threads)) {}
+Runtime::Runtime(const RuntimeOptions& options)
+    : options_(options), cpu_(std::make_unique<CpuBackend>(options.cpu_threads)) {}
 Runtime::~Runtime() = default;
 
 Device Runtime::cpu() { return Device(cpu_.get()); }
@@ -27,7 +28,12 @@ Device Runtime::cuda(int index) {
            count == 0 ? std::string("no CUDA GPU is visible (no driver or no device)")
                       : std::to_string(count) + " GPU(s) are visible");
   if (cuda_.size() <= static_cast<size_t>(index)) cuda_.resize(index + 1);
-  if (!cuda_[index]) cuda_[index] = cuda::make_backend(index);
+  if (!cuda_[index]) {
+    cuda::CudaOptions o;
+    o.allow_tf32 = options_.allow_tf32;
+    o.cudnn_benchmark = options_.cudnn_benchmark;
+    cuda_[index] = std::make_unique<cuda::CudaBackend>(index, o);
+  }
   return Device(cuda_[index].get());
 #else
   throw Error(detail::concat("device cuda:", index,

@@ -14,6 +14,10 @@ class CpuBackend;
 
 struct RuntimeOptions {
   int cpu_threads = 1;
+  // CUDA devices (cuda/cuda_backend.h CudaOptions): TF32 for float32 GEMM/convolution, and
+  // convolution algorithms chosen by timing (cudnn benchmark).
+  bool allow_tf32 = false;
+  bool cudnn_benchmark = true;
 };
 
 class Runtime {
@@ -33,6 +37,7 @@ class Runtime {
   static int cuda_device_count();
 
  private:
+  RuntimeOptions options_;
   std::unique_ptr<CpuBackend> cpu_;
   std::vector<std::unique_ptr<Backend>> cuda_;
 };

@@ -30,13 +30,18 @@ struct Slot {
 // the slot states and counters; a slot's data belongs to whoever moved it to Filling or Lent.
 class LoaderState {
  public:
-  LoaderState(const Dataset& dataset, int64_t capacity, Device device, int num_slots)
+  LoaderState(const Dataset& dataset, int64_t capacity, Device device, int num_slots,
+              const HostAllocator& host_allocator)
       : dataset(dataset), capacity(capacity), slots(static_cast<size_t>(num_slots)) {
     for (Slot& slot : slots) {
       slot.buffers = dataset.allocate_batch(capacity, device);
       DP_CHECK(slot.buffers.size() == capacity && slot.buffers.images.device().is_cpu(),
                "DataLoader: the dataset allocated a batch of ", slot.buffers.size(), " samples on ",
                slot.buffers.images.device().str(), ", expected ", capacity, " on the CPU");
+      if (host_allocator) {  // same shapes in the caller's memory (pinned, for GPU uploads)
+        slot.buffers.images = host_allocator(slot.buffers.images.shape(), slot.buffers.images.dtype());
+        slot.buffers.labels = host_allocator(slot.buffers.labels.shape(), slot.buffers.labels.dtype());
+      }
       slot.current = slot.buffers;
     }
   }
@@ -121,7 +126,8 @@ DataLoader::DataLoader(const Dataset& dataset, std::unique_ptr<BatchSampler> bat
   DP_CHECK(options.num_threads >= 0, "DataLoader: num_threads must be >= 0 (0 = load on the caller's thread), got ",
            options.num_threads);
   DP_CHECK(options.prefetch >= 1, "DataLoader: prefetch (batch buffers) must be >= 1, got ", options.prefetch);
-  state_ = std::make_shared<LoaderState>(dataset, batches_->max_batch_size(), device, options.prefetch);
+  state_ = std::make_shared<LoaderState>(dataset, batches_->max_batch_size(), device, options.prefetch,
+                                         options.host_allocator);
   try {
     for (int t = 0; t < options.num_threads; ++t) {
       threads_.emplace_back([this] { run_filling_thread(); });

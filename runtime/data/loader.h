@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -25,9 +26,15 @@
 
 namespace dp {
 
+// Allocates a contiguous CPU tensor in memory of the caller's choosing (pinned memory, for
+// batches a GPU copies asynchronously: runtime/data/batch_uploader.h).
+using HostAllocator = std::function<Tensor(const Shape& shape, DType dtype)>;
+
 struct DataLoaderOptions {
   int num_threads = 2;  // background filling threads; 0 fills on the caller's thread in next()
   int prefetch = 4;     // batch buffers: how many batches may be ready or lent at once
+  // Where the batch buffers live; empty: the dataset's own allocation (ordinary CPU memory).
+  HostAllocator host_allocator;
 };
 
 class LoaderState;

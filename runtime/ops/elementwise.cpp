@@ -74,6 +74,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor equal(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Equal, a, b); }
+
 namespace {
 Tensor scalar_forward(BinaryOp op, const Tensor& a, double s) {
   check_floating(binary_op_name(op), a);

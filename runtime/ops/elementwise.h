@@ -13,6 +13,9 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double s);
 Tensor mul(const Tensor& a, double s);
 Tensor pow(const Tensor& a, double exponent);
+// 1 where a == b, else 0, in the operands' (floating) dtype, with broadcasting. A comparison: no
+// gradient flows through it.
+Tensor equal(const Tensor& a, const Tensor& b);
 
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);

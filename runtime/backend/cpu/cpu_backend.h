@@ -45,6 +45,9 @@ class CpuBackend final : public Backend {
 
   DeviceType device_type() const override { return DeviceType::CPU; }
   int device_index() const override { return 0; }
+  // Copies, fills, arange and random numbers take every dtype (random: floating ones); every
+  // other kernel float32 and float64.
+  bool supports(Kernel kernel, DType dtype) const override;
 
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;

@@ -21,6 +21,14 @@ CpuBackend::CpuBackend(int num_threads, CpuGemm gemm) : num_threads_(1), gemm_(g
   set_num_threads(num_threads);
 }
 
+bool CpuBackend::supports(Kernel kernel, DType dtype) const {
+  switch (kernel) {
+    case Kernel::Copy: case Kernel::Fill: case Kernel::Arange: return true;
+    case Kernel::Random: return is_floating(dtype);
+    default: return dtype == kFloat32 || dtype == kFloat64;
+  }
+}
+
 void CpuBackend::set_num_threads(int n) {
   DP_CHECK(n >= 1, "CPU backend: thread count must be at least 1, got ", n);
   num_threads_ = n;

@@ -49,6 +49,7 @@ CoalescedLayout<N> coalesce(const Shape& shape, const std::array<const Shape*, N
 template <int N, typename Body>
 void strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides, int num_threads,
                   Body&& body) {
+  if (numel_of(shape) == 0) return;  // nothing to visit (and a size-0 outer dim would divide by 0)
   CoalescedLayout<N> L = coalesce<N>(shape, strides);
   const int nd = static_cast<int>(L.sizes.size());
   const int64_t inner = L.sizes[nd - 1];

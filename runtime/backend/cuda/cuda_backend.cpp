@@ -1,15 +1,18 @@
-// CUDA backend lifetime (stream, pool, cuBLAS handles, workspace), device count, and the kernels
-// that later issues add (each throws naming the op until then).
+// CUDA backend lifetime (stream, pool, cuBLAS/cuDNN handles, workspace, device-error record),
+// device count, and what the kernels take (supports()). The kernels are in one file per family.
 #include "runtime/backend/cuda/cuda_backend.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <cstdint>
 
 #include "runtime/backend/cuda/cuda_check.h"
+#include "runtime/backend/cuda/conv_algo_cache.h"
 #include "runtime/backend/cuda/gemm_algo_cache.h"
+#include "runtime/backend/cuda/kernel_types.h"
 
 namespace dp::cuda {
 
@@ -25,10 +28,11 @@ int device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
-
 CudaBackend::CudaBackend(int device_index, const CudaOptions& options)
-    : device_(device_index), options_(options), gemm_algos_(std::make_unique<GemmAlgoCache>()) {
+    : device_(device_index),
+      options_(options),
+      gemm_algos_(std::make_unique<GemmAlgoCache>()),
+      conv_algos_(std::make_unique<ConvAlgoCache>()) {
   const int count = device_count();
   DP_CHECK(device_index >= 0 && device_index < count, "CUDA backend: device cuda:", device_index,
            " requested but ", count, " GPU(s) are visible");
@@ -48,6 +52,15 @@ CudaBackend::CudaBackend(int device_index, const CudaOptions& options)
     }
     // cuBLAS (the fallback in gemm.cpp) shares the workspace: both run in order on stream_.
     DP_CUBLAS_CHECK(device_, cublasSetWorkspace(blas_, workspace_, options_.gemm_workspace_bytes));
+    // NOTE [ Device errors ]: written by kernels through the mapped device address, read by the
+    // host after a sync through the host address, with no copy.
+    void* errors = nullptr;
+    DP_CUDA_CHECK(device_, cudaHostAlloc(&errors, sizeof(DeviceErrors), cudaHostAllocMapped | cudaHostAllocPortable),
+                  "device-error record");
+    device_errors_host_ = new (errors) DeviceErrors{};
+    void* errors_device = nullptr;
+    DP_CUDA_CHECK(device_, cudaHostGetDevicePointer(&errors_device, errors, 0));
+    device_errors_device_ = static_cast<DeviceErrors*>(errors_device);
   } catch (...) {
     release();  // the destructor does not run after a throwing constructor
     throw;
@@ -59,10 +72,15 @@ CudaBackend::~CudaBackend() { release(); }
 void CudaBackend::release() noexcept {
   // Work still queued may use the workspace and pooled memory: wait for it first.
   if (stream_) DP_CUDA_REPORT(device_, cudaStreamSynchronize(stream_));
+  if (cudnn_) cudnnDestroy(cudnn_);
   if (blas_lt_) cublasLtDestroy(blas_lt_);
   if (blas_) cublasDestroy(blas_);
   if (workspace_) DP_CUDA_REPORT(device_, cudaFree(workspace_));
   if (stream_) DP_CUDA_REPORT(device_, cudaStreamDestroy(stream_));
+  if (device_errors_host_) DP_CUDA_REPORT(device_, cudaFreeHost(device_errors_host_));
+  cudnn_ = nullptr;
+  device_errors_host_ = nullptr;
+  device_errors_device_ = nullptr;
   blas_lt_ = nullptr;
   blas_ = nullptr;
   workspace_ = nullptr;
@@ -75,92 +93,70 @@ void CudaBackend::activate() const {
   if (current != device_) DP_CUDA_CHECK(device_, cudaSetDevice(device_));
 }
 
-// ---- Kernels of later issues ------------------------------------------------------------------
+// ---- What the kernels take --------------------------------------------------------------------
 
-void CudaBackend::unary(UnaryOp, const Tensor&, const Tensor&) { unsupported("unary"); }
-void CudaBackend::unary_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  unsupported("unary_backward");
+bool CudaBackend::supports(Kernel kernel, DType dtype) const {
+  const bool floating = is_floating(dtype);
+  switch (kernel) {
+    case Kernel::Copy: case Kernel::Fill: case Kernel::Arange: return true;
+    // Optimiser state and norms stay in float32/float64 (master weights; mixed precision keeps
+    // parameters in float32).
+    case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:
+    case Kernel::SquaredNorms:
+      return dtype == kFloat32 || dtype == kFloat64;
+    default: return floating;  // every other kernel: float32, float64, float16, bfloat16
+  }
 }
-void CudaBackend::binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { unsupported("binary"); }
-void CudaBackend::binary_scalar(BinaryOp, const Tensor&, double, const Tensor&) { unsupported("binary_scalar"); }
-void CudaBackend::axpby(double, const Tensor&, double, const Tensor&) { unsupported("axpby"); }
-void CudaBackend::reduce(ReduceOp, const Tensor&, const Tensor&) { unsupported("reduce"); }
-void CudaBackend::argmax_rows(const Tensor&, const Tensor&) { unsupported("argmax_rows"); }
-void CudaBackend::conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) {
-  unsupported("conv2d_forward");
+
+void CudaBackend::check_supported(Kernel kernel, DType dtype) const {
+  if (supports(kernel, dtype)) return;
+  std::string taken;
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool})
+    if (supports(kernel, t)) taken += std::string(taken.empty() ? "" : ", ") + dtype_name(t);
+  throw Error(detail::concat(kernel_name(kernel), ": the CUDA kernel supports ", taken, "; got ", dtype_name(dtype),
+                             " (device cuda:", device_, ")"));
 }
-void CudaBackend::conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) {
-  unsupported("conv2d_backward_input");
+
+void CudaBackend::check_operand(const char* op, const Tensor& t) const {
+  DP_CHECK(&t.device().backend() == this, op, ": ", t.str(), " is not on cuda:", device_, ", the device running the op");
 }
-void CudaBackend::conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         const Conv2dParams&) {
-  unsupported("conv2d_backward_weight");
+
+// ---- Device errors (NOTE [ Device errors ]) ---------------------------------------------------
+
+void CudaBackend::raise_device_errors() {
+  DeviceErrors* e = device_errors_host_;
+  if (e == nullptr) return;
+  const auto code = static_cast<DeviceErrorCode>(reinterpret_cast<volatile int32_t&>(e->code));
+  if (code == DeviceErrorCode::None) return;
+  const DeviceErrors seen = *e;
+  *e = DeviceErrors{};  // reported once; the next error can be recorded
+  switch (code) {
+    case DeviceErrorCode::ClassIndexOutOfRange:
+      throw Error(detail::concat("cross_entropy: target ", seen.value, " at row ", seen.where,
+                                 " is out of range for ", seen.bound, " classes (valid: 0 to ", seen.bound - 1,
+                                 ", or ignore_index); found on cuda:", device_, " by a kernel queued before this sync"));
+    case DeviceErrorCode::EmbeddingIndexOutOfRange:
+      throw Error(detail::concat("embedding: index ", seen.value, " at position ", seen.where,
+                                 " is out of range for a table of ", seen.bound, " rows; found on cuda:", device_,
+                                 " by a kernel queued before this sync"));
+    case DeviceErrorCode::None: break;
+  }
+  throw Error(detail::concat("cuda:", device_, ": a kernel recorded an unknown device error (code ",
+                             static_cast<int>(code), ", value ", seen.value, ")"));
 }
-void CudaBackend::max_pool2d_forward(const Tensor&, const Tensor&, const Tensor&, const Pool2dParams&) {
-  unsupported("max_pool2d_forward");
+
+// ---- cuDNN ------------------------------------------------------------------------------------
+
+cudnnContext* CudaBackend::cudnn() {
+  std::lock_guard<std::mutex> lock(cudnn_mutex_);
+  if (cudnn_ == nullptr) {
+    activate();
+    cudnnHandle_t handle = nullptr;
+    DP_CUDNN_CHECK(device_, cudnnCreate(&handle), "is libcudnn.so.9 (cuDNN 9) on the library path?");
+    cudnn_ = handle;
+    DP_CUDNN_CHECK(device_, cudnnSetStream(cudnn_, stream_));
+  }
+  return cudnn_;
 }
-void CudaBackend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&) {
-  unsupported("max_pool2d_backward");
-}
-void CudaBackend::avg_pool2d_forward(const Tensor&, const Tensor&, const Pool2dParams&) {
-  unsupported("avg_pool2d_forward");
-}
-void CudaBackend::avg_pool2d_backward(const Tensor&, const Tensor&, const Pool2dParams&) {
-  unsupported("avg_pool2d_backward");
-}
-void CudaBackend::adaptive_avg_pool2d_forward(const Tensor&, const Tensor&) {
-  unsupported("adaptive_avg_pool2d_forward");
-}
-void CudaBackend::adaptive_avg_pool2d_backward(const Tensor&, const Tensor&) {
-  unsupported("adaptive_avg_pool2d_backward");
-}
-void CudaBackend::batch_norm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                     const Tensor&, const Tensor&, const Tensor&, bool, double, double) {
-  unsupported("batch_norm_forward");
-}
-void CudaBackend::batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, const Tensor&, const Tensor&, bool) {
-  unsupported("batch_norm_backward");
-}
-void CudaBackend::layer_norm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                     const Tensor&, double) {
-  unsupported("layer_norm_forward");
-}
-void CudaBackend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, const Tensor&, const Tensor&) {
-  unsupported("layer_norm_backward");
-}
-void CudaBackend::softmax_forward(const Tensor&, const Tensor&, bool) { unsupported("softmax_forward"); }
-void CudaBackend::softmax_backward(const Tensor&, const Tensor&, const Tensor&, bool) {
-  unsupported("softmax_backward");
-}
-void CudaBackend::cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                        double) {
-  unsupported("cross_entropy_forward");
-}
-void CudaBackend::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                         double) {
-  unsupported("cross_entropy_backward");
-}
-void CudaBackend::embedding_forward(const Tensor&, const Tensor&, const Tensor&) {
-  unsupported("embedding_forward");
-}
-void CudaBackend::embedding_backward(const Tensor&, const Tensor&, const Tensor&, int64_t) {
-  unsupported("embedding_backward");
-}
-void CudaBackend::sgd_update(const Tensor&, const Tensor&, const Tensor&, const SgdParams&) {
-  unsupported("sgd_update");
-}
-void CudaBackend::adamw_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamParams&) {
-  unsupported("adamw_update");
-}
-void CudaBackend::lamb_direction(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const AdamParams&) {
-  unsupported("lamb_direction");
-}
-void CudaBackend::lars_update(const Tensor&, const Tensor&, const Tensor&, const LarsParams&) {
-  unsupported("lars_update");
-}
-void CudaBackend::squared_norms(const std::vector<Tensor>&, const Tensor&) { unsupported("squared_norms"); }
 
 }  // namespace dp::cuda

@@ -2,9 +2,13 @@
 // and the device's stream-ordered memory pool. Kernels are queued on the stream and return at
 // once; only synchronize(), copy_to_host() and the explicit waits below block the host.
 //
-// Files: cuda_backend.cpp (lifetime, device count, kernels not written yet), memory.cpp
-// (allocation, host/device copies, pinned buffers, copy/fill/arange/random front-ends),
-// gemm.cpp (cuBLASLt), kernels.cu (the element kernels), cuda_check.h (checked calls).
+// Files, one family each, mirroring cpu/: cuda_backend.cpp (lifetime, device count, supports(),
+// device errors), memory.{cpp,cu} (allocation, host/device copies, pinned buffers, events,
+// copy/fill/arange/random), gemm.cpp (cuBLASLt), pointwise, reduce, conv (cuDNN), pool, norm,
+// softmax_loss, embedding, optim. A family's host front-end (<family>.cpp: checks, views, cuDNN
+// calls) is C++20; its kernels and launchers (<family>.cu, declared in <family>_kernels.h) are
+// C++17 for nvcc. Shared: kernel_types.h (both sides), device_utils.cuh (kernels),
+// strided_shape.h (front-ends), cuda_check.h (checked calls).
 //
 // NOTE [ CUDA memory pool ]
 // allocate()/deallocate() are cudaMallocAsync/cudaFreeAsync on the backend's stream, from the
@@ -20,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "runtime/backend/backend.h"
 
@@ -28,14 +33,13 @@ struct CUevent_st;          // cudaEvent_t
 struct CUmemPoolHandle_st;  // cudaMemPool_t
 struct cublasContext;       // cublasHandle_t
 struct cublasLtContext;     // cublasLtHandle_t
+struct cudnnContext;       // cudnnHandle_t
 
 namespace dp::cuda {
 
 // Number of usable GPUs: 0 when there is no driver or no device (cudaErrorInsufficientDriver,
 // cudaErrorNoDevice, cudaErrorStubLibrary); any other failure throws.
 int device_count();
-// The backend for GPU `device_index` with default options.
-std::unique_ptr<Backend> make_backend(int device_index);
 
 struct CudaOptions {
   // float32 GEMM on tensor cores with TF32 inputs (10-bit mantissa, several times faster, ~1e-3
@@ -43,6 +47,9 @@ struct CudaOptions {
   bool allow_tf32 = false;
   // cuBLASLt workspace; 32 MiB is what NVIDIA recommends for Hopper.
   size_t gemm_workspace_bytes = size_t(32) << 20;
+  // Convolution algorithms chosen by timing every candidate once per problem (cuDNN's Find, as
+  // torch.backends.cudnn.benchmark) instead of by cuDNN's heuristic (run.cudnn_benchmark).
+  bool cudnn_benchmark = true;
 };
 
 // Page-locked host memory (cudaHostAlloc, portable to all devices): the only kind of host memory
@@ -93,6 +100,8 @@ struct PoolStats {
   uint64_t reserved_bytes = 0;
 };
 
+struct DeviceErrors;  // kernel_types.h
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device_index, const CudaOptions& options = {});
@@ -101,6 +110,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   DeviceType device_type() const override { return DeviceType::CUDA; }
+  bool supports(Kernel kernel, DType dtype) const override;
   int device_index() const override { return device_; }
   CUstream_st* stream() const { return stream_; }  // a cudaStream_t
   const CudaOptions& options() const { return options_; }
@@ -124,6 +134,8 @@ class CudaBackend final : public Backend {
                                    size_t nbytes);
   // Records an event at the current end of the stream.
   CudaEvent record_event();
+  // A timing event on this backend's stream (DeviceMarker).
+  std::unique_ptr<DeviceMarker> make_marker() override;
   void synchronize() override;
   PoolStats pool_stats() const;
 
@@ -137,21 +149,27 @@ class CudaBackend final : public Backend {
   // float32 accumulation). Row-major views are passed to column-major cuBLAS as C^T = B^T A^T.
   void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) override;
 
-  // ---- Not written yet: each throws "<op>: no CUDA kernel yet (device cuda:N)" ----
+  // ---- Pointwise (pointwise.cpp / pointwise.cu) ----
   void unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                       const Tensor& dx) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) override;
   void axpby(double alpha, const Tensor& x, double beta, const Tensor& y) override;
+
+  // ---- Reductions (reduce.cpp / reduce.cu) ----
   void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
   void argmax_rows(const Tensor& x, const Tensor& out) override;
+
+  // ---- Convolution (conv.cpp, cuDNN) ----
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                       const Conv2dParams& p) override;
   void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
                              const Conv2dParams& p) override;
   void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
                               const Tensor& dbias, const Conv2dParams& p) override;
+
+  // ---- Pooling (pool.cpp / pool.cu) ----
   void max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices,
                           const Pool2dParams& p) override;
   void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;
@@ -159,6 +177,8 @@ class CudaBackend final : public Backend {
   void avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) override;
   void adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) override;
   void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) override;
+
+  // ---- Normalisation (norm.cpp / norm.cu) ----
   void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                           const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                           const Tensor& save_mean, const Tensor& save_invstd, bool training,
@@ -172,17 +192,25 @@ class CudaBackend final : public Backend {
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& save_mean, const Tensor& save_rstd, const Tensor& dx,
                            const Tensor& dweight, const Tensor& dbias) override;
+
+  // ---- Softmax and loss (softmax_loss.cpp / softmax_loss.cu) ----
   void softmax_forward(const Tensor& x, const Tensor& y, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
+  // A target outside [0, C) is a device error (NOTE [ Device errors ]), thrown at the next sync.
   void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs,
                              const Tensor& losses, int64_t ignore_index,
                              double label_smoothing) override;
   void cross_entropy_backward(const Tensor& log_probs, const Tensor& target,
                               const Tensor& dlosses, const Tensor& dlogits, int64_t ignore_index,
                               double label_smoothing) override;
+
+  // ---- Embedding (embedding.cpp / embedding.cu) ----
+  // An index outside [0, V) is a device error (NOTE [ Device errors ]), thrown at the next sync.
   void embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out) override;
   void embedding_backward(const Tensor& dout, const Tensor& indices, const Tensor& dweight,
                           int64_t padding_idx) override;
+
+  // ---- Optimiser updates (optim.cpp / optim.cu) ----
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                   const SgdParams& p) override;
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -193,13 +221,30 @@ class CudaBackend final : public Backend {
                    const LarsParams& p) override;
   void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) override;
 
+  // ---- For the kernel front-ends ----
+  // The device's view of the error record kernels write (NOTE [ Device errors ]).
+  DeviceErrors* device_errors() const { return device_errors_device_; }
+  // The cuDNN handle bound to this backend's stream, created on first use (loading cuDNN costs
+  // ~100 ms, which runs without convolutions never pay).
+  cudnnContext* cudnn();
+  // Convolution problems whose algorithm has been chosen (one search each; tests check reuse).
+  size_t conv_algo_cache_size() const;
+  // Throws unless t is on this backend (op names the caller).
+  void check_operand(const char* op, const Tensor& t) const;
+  // Throws unless supports(kernel, dtype): "<op>: the CUDA kernel supports ..., got <dtype>".
+  void check_supported(Kernel kernel, DType dtype) const;
+
  private:
   struct GemmAlgoCache;  // cuBLASLt algorithms by problem, gemm.cpp
+  struct ConvAlgoCache;  // cuDNN convolution algorithms by problem, conv.cpp
 
   // Makes this backend's GPU current on the calling thread (every entry point calls it).
   void activate() const;
   // Waits for the stream and frees what the constructor created (also after a failed one).
   void release() noexcept;
+  // After the stream has been waited for: throws the recorded device error, if any, and clears
+  // it (NOTE [ Device errors ]).
+  void raise_device_errors();
 
   int device_;
   CudaOptions options_;
@@ -209,6 +254,12 @@ class CudaBackend final : public Backend {
   cublasLtContext* blas_lt_ = nullptr;
   void* workspace_ = nullptr;
   std::unique_ptr<GemmAlgoCache> gemm_algos_;
+  cudnnContext* cudnn_ = nullptr;
+  std::mutex cudnn_mutex_;
+  std::unique_ptr<ConvAlgoCache> conv_algos_;
+  // Mapped pinned host memory: the host's and the device's address of one DeviceErrors.
+  DeviceErrors* device_errors_host_ = nullptr;
+  DeviceErrors* device_errors_device_ = nullptr;
 };
 
 }  // namespace dp::cuda

@@ -29,6 +29,15 @@ void throw_cublas_error(const char* call, cublasStatus_t status, int device, con
                              details(cublasGetStatusName(status), context)));
 }
 
+void throw_cudnn_error(const char* call, cudnnStatus_t status, int device, const std::string& context) {
+  // cuDNN 9 keeps a more specific message for the last failure on this thread.
+  char last[512] = {};
+  cudnnGetLastErrorString(last, sizeof last);
+  std::string why = context;
+  if (last[0] != '\0') why += std::string(why.empty() ? "" : "; ") + last;
+  throw Error(detail::concat(call, where(device), cudnnGetErrorString(status), why.empty() ? "" : " (" + why + ")"));
+}
+
 void report_cuda_error(const char* call, cudaError_t status, int device) {
   if (status == cudaErrorCudartUnloading) return;  // process exit: the runtime is already gone
   (void)cudaGetLastError();

@@ -1,4 +1,4 @@
-// Checked CUDA / cuBLAS calls. Every call into the CUDA runtime or cuBLAS(Lt) from the backend's
+// Checked CUDA / cuBLAS / cuDNN calls. Every call into the CUDA runtime or cuBLAS(Lt) from the backend's
 // host code goes through one of these, so a failure says which call, on which device, and why:
 //   cudaMallocAsync(&ptr, nbytes, stream_) failed on cuda:0: out of memory
 //   (cudaErrorMemoryAllocation; requested 1.5 GiB)
@@ -7,6 +7,7 @@
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
+#include <cudnn_graph.h>
 
 #include <cstddef>
 #include <string>
@@ -20,6 +21,8 @@ namespace dp::cuda {
                                    const std::string& context);
 [[noreturn]] void throw_cublas_error(const char* call, cublasStatus_t status, int device,
                                      const std::string& context);
+[[noreturn]] void throw_cudnn_error(const char* call, cudnnStatus_t status, int device,
+                                    const std::string& context);
 // For destructors, which must not throw: prints the same message to stderr. Errors caused by the
 // CUDA runtime already being unloaded at process exit are ignored.
 void report_cuda_error(const char* call, cudaError_t status, int device);
@@ -46,6 +49,15 @@ std::string format_bytes(size_t nbytes);
     if (dp_cublas_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                                \
       ::dp::cuda::throw_cublas_error(#call, dp_cublas_status_, (device),                  \
                                              ::dp::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                             \
+  } while (0)
+
+#define DP_CUDNN_CHECK(device, call, ...)                                                         \
+  do {                                                                                            \
+    const cudnnStatus_t dp_cudnn_status_ = (call);                                                \
+    if (dp_cudnn_status_ != CUDNN_STATUS_SUCCESS) [[unlikely]] {                                  \
+      ::dp::cuda::throw_cudnn_error(#call, dp_cudnn_status_, (device),                            \
+                                    ::dp::detail::concat("" __VA_OPT__(, ) __VA_ARGS__));         \
     }                                                                                             \
   } while (0)
 

@@ -15,7 +15,7 @@
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/backend/cuda/cuda_check.h"
 #include "runtime/backend/cuda/gemm_algo_cache.h"
-#include "runtime/backend/cuda/kernels.h"
+#include "runtime/backend/cuda/memory_kernels.h"
 
 namespace dp::cuda {
 

@@ -1,5 +1,5 @@
 // CUDA memory (stream-ordered pool), host/device copies, pinned host buffers, events, and the
-// front-ends of the copy/fill/arange/random kernels (kernels.cu).
+// front-ends of the copy/fill/arange/random kernels (memory.cu).
 #include <cuda_runtime_api.h>
 
 #include <array>
@@ -8,7 +8,8 @@
 
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/backend/cuda/cuda_check.h"
-#include "runtime/backend/cuda/kernels.h"
+#include "runtime/backend/cuda/memory_kernels.h"
+#include "runtime/backend/cuda/strided_shape.h"
 
 namespace dp::cuda {
 
@@ -22,32 +23,6 @@ bool is_pinned(const void* host_ptr) {
     return false;
   }
   return attributes.type == cudaMemoryTypeHost;
-}
-
-// The loop shape of `sizes` over N operands: size-1 dims dropped, and each dim merged into the
-// next-inner one where it continues it in every operand (stride == inner size * inner stride),
-// so a contiguous or simply-sliced tensor becomes one or two dims.
-template <int N>
-StridedShape<N> make_strided_shape(const char* op, const Shape& sizes, const std::array<const Shape*, N>& strides) {
-  StridedShape<N> out;
-  int nd = 0;
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
-    if (sizes[d] == 1) continue;
-    bool continues_inner = nd > 0;
-    for (int k = 0; k < N && continues_inner; ++k)
-      continues_inner = (*strides[k])[d] == out.sizes[nd - 1] * out.strides[k][nd - 1];
-    if (continues_inner) {
-      out.sizes[nd - 1] *= sizes[d];
-      continue;
-    }
-    DP_CHECK(nd < kMaxDims, op, ": the CUDA kernel handles up to ", kMaxDims,
-             " dims that cannot be merged, got shape ", shape_str(sizes));
-    out.sizes[nd] = sizes[d];
-    for (int k = 0; k < N; ++k) out.strides[k][nd] = (*strides[k])[d];
-    ++nd;
-  }
-  out.ndim = nd;
-  return out;
 }
 
 }  // namespace
@@ -113,6 +88,45 @@ CudaEvent CudaBackend::record_event() {
   return owned;
 }
 
+namespace {
+
+// A timing event on a backend's stream.
+class CudaMarker final : public DeviceMarker {
+ public:
+  CudaMarker(int device, cudaStream_t stream) : device_(device), stream_(stream) {
+    DP_CUDA_CHECK(device_, cudaEventCreate(&event_));  // with timing
+  }
+  ~CudaMarker() override { DP_CUDA_REPORT(device_, cudaEventDestroy(event_)); }
+  CudaMarker(const CudaMarker&) = delete;
+  CudaMarker& operator=(const CudaMarker&) = delete;
+
+  void record() override {
+    DP_CUDA_CHECK(device_, cudaEventRecord(event_, stream_));
+    recorded_ = true;
+  }
+  double ms_since(const DeviceMarker& earlier) const override {
+    const auto& from = dynamic_cast<const CudaMarker&>(earlier);
+    DP_CHECK(recorded_ && from.recorded_, "DeviceMarker::ms_since: both markers must have been recorded");
+    DP_CUDA_CHECK(device_, cudaEventSynchronize(event_));
+    float ms = 0;
+    DP_CUDA_CHECK(device_, cudaEventElapsedTime(&ms, from.event_, event_));
+    return ms;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  cudaEvent_t event_ = nullptr;
+  bool recorded_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMarker> CudaBackend::make_marker() {
+  activate();
+  return std::make_unique<CudaMarker>(device_, stream_);
+}
+
 // ---- Device memory and copies -----------------------------------------------------------------
 
 void* CudaBackend::allocate(size_t nbytes) {
@@ -153,6 +167,7 @@ void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {
   DP_CUDA_CHECK(device_, cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
                 format_bytes(nbytes), " device → host");
   DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_), "waiting for the work queued before a device → host copy");
+  raise_device_errors();
 }
 
 void CudaBackend::copy_on_device(void* dst, const void* src, size_t nbytes) {
@@ -177,20 +192,16 @@ CudaEvent CudaBackend::copy_from_pinned_async(void* dst, const PinnedHostBuffer&
 void CudaBackend::synchronize() {
   activate();
   DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_));
+  raise_device_errors();
 }
 
 // ---- Copies, casts, fills, random -------------------------------------------------------------
 
-namespace {
-void check_on(const Backend* backend, const char* op, const Tensor& t) {
-  DP_CHECK(&t.device().backend() == backend, op, ": ", t.str(), " is not on the CUDA device running the op");
-}
-}  // namespace
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   DP_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", src.str(), " → ", dst.str());
-  check_on(this, "copy", src);
-  check_on(this, "copy", dst);
+  check_operand("copy", src);
+  check_operand("copy", dst);
   if (src.numel() == 0) return;
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
     copy_on_device(dst.raw_data(), src.raw_data(), src.nbytes());
@@ -204,7 +215,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CudaBackend::fill(const Tensor& dst, double value) {
-  check_on(this, "fill", dst);
+  check_operand("fill", dst);
   if (dst.numel() == 0) return;
   activate();
   const StridedShape<1> shape = make_strided_shape<1>("fill", dst.shape(), {&dst.strides()});
@@ -214,7 +225,7 @@ void CudaBackend::fill(const Tensor& dst, double value) {
 
 void CudaBackend::arange(const Tensor& dst, double start, double step) {
   DP_ASSERT(dst.is_contiguous());
-  check_on(this, "arange", dst);
+  check_operand("arange", dst);
   activate();
   DP_CUDA_CHECK(device_, launch_arange(dst.raw_data(), dst.dtype(), dst.numel(), start, step, stream_), "arange ",
                 dst.str());
@@ -223,7 +234,7 @@ void CudaBackend::arange(const Tensor& dst, double start, double step) {
 void CudaBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset) {
   DP_ASSERT(dst.is_contiguous());
   check_floating("random", dst);
-  check_on(this, "random", dst);
+  check_operand("random", dst);
   const Distribution kind = dist == RandomDist::Uniform ? Distribution::Uniform
                             : dist == RandomDist::Normal ? Distribution::Normal
                                                          : Distribution::Bernoulli;

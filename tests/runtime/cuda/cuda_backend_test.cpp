@@ -261,12 +261,11 @@ TEST_F(CudaGemmTest, EmptyInnerDimScalesC) {
 
 // ---- Errors -------------------------------------------------------------------------------------
 
-TEST_F(CudaBackendTest, KernelsOfLaterIssuesNameTheOp) {
-  Tensor x = Tensor::empty({4}, kFloat32, gpu_);
-  EXPECT_EQ(error_of([&] { gpu_backend().unary(UnaryOp::Relu, x, x); }), "unary: no CUDA kernel yet (device cuda:0)");
-  EXPECT_EQ(error_of([&] { gpu_backend().conv2d_forward(x, x, Tensor(), x, {}); }),
-            "conv2d_forward: no CUDA kernel yet (device cuda:0)");
-  EXPECT_EQ(error_of([&] { gpu_backend().sgd_update(x, x, x, {}); }), "sgd_update: no CUDA kernel yet (device cuda:0)");
+TEST_F(CudaBackendTest, UnsupportedDtypeNamesKernelDtypesAndDevice) {
+  EXPECT_TRUE(gpu_backend().supports(Kernel::Conv2dForward, kBFloat16));
+  EXPECT_FALSE(gpu_backend().supports(Kernel::SgdUpdate, kFloat16));
+  EXPECT_EQ(error_of([&] { gpu_backend().check_supported(Kernel::SgdUpdate, kFloat16); }),
+            "sgd_update: the CUDA kernel supports float32, float64; got float16 (device cuda:0)");
 }
 
 TEST_F(CudaBackendTest, OutOfMemoryNamesCallDeviceAndSizeAndIsRecoverable) {

@@ -69,11 +69,33 @@ std::string error_of_next(DataLoader& loader) {
 
 class LoaderTest : public ::testing::TestWithParam<int> {
  protected:
-  DataLoaderOptions options(int prefetch = 3) const { return {.num_threads = GetParam(), .prefetch = prefetch}; }
+  DataLoaderOptions options(int prefetch = 3) const { return {.num_threads = GetParam(), .prefetch = prefetch, .host_allocator = {}}; }
 
   CpuBackend backend{1};
   Device cpu{&backend};
 };
+
+TEST_P(LoaderTest, HostAllocatorProvidesEveryBuffer) {
+  // The GPU path gives the loader pinned memory this way (runtime/data/batch_uploader.h).
+  const ImageClassificationDataset data = numbered_dataset(50);
+  std::vector<Tensor> allocated;
+  DataLoaderOptions o = options(2);
+  o.host_allocator = [&](const Shape& shape, DType dtype) {
+    allocated.push_back(Tensor::empty(shape, dtype, cpu));
+    return allocated.back();
+  };
+  DataLoader loader(data, shuffled_batches(50, 16), cpu, o);
+  ASSERT_EQ(allocated.size(), 4u);  // images and labels of 2 slots
+  loader.begin_epoch(0);
+  int64_t seen = 0;
+  while (std::optional<LoadedBatch> batch = loader.next()) {
+    bool from_allocator = false;
+    for (const Tensor& t : allocated) from_allocator = from_allocator || t.storage() == batch->images.storage();
+    EXPECT_TRUE(from_allocator) << "batch " << batch->index();
+    seen += batch->size();
+  }
+  EXPECT_EQ(seen, 50);
+}
 
 TEST_P(LoaderTest, OrderEqualsSamplerOrderOverEpochs) {
   const ImageClassificationDataset data = numbered_dataset(300);
@@ -228,7 +250,7 @@ TEST_P(LoaderTest, FillsWithoutRecordingAutograd) {
 TEST_P(LoaderTest, ValidatesArguments) {
   const ImageClassificationDataset data = numbered_dataset(10);
   EXPECT_THROW(DataLoader(data, nullptr, cpu, options()), Error);
-  EXPECT_THROW(DataLoader(data, shuffled_batches(10, 2), cpu, {.num_threads = GetParam(), .prefetch = 0}), Error);
+  EXPECT_THROW(DataLoader(data, shuffled_batches(10, 2), cpu, {.num_threads = GetParam(), .prefetch = 0, .host_allocator = {}}), Error);
   EXPECT_THROW(DataLoader(data, shuffled_batches(10, 2), Device(), options()), Error);
   DataLoader loader(data, shuffled_batches(10, 2), cpu, options());
   EXPECT_NE(error_of_next(loader).find("call begin_epoch(epoch) before the first next()"), std::string::npos);
@@ -245,7 +267,7 @@ TEST(LoaderThroughput, DISABLED_FashionMnistBatch128) {
   const FashionMnist train(FashionMnist::kDefaultRoot, Split::Train);
   for (int threads : {0, 1, 2}) {
     DataLoader loader(train, shuffled_batches(train.size(), 128), Device(&backend),
-                      {.num_threads = threads, .prefetch = 4});
+                      {.num_threads = threads, .prefetch = 4, .host_allocator = {}});
     const auto start = std::chrono::steady_clock::now();
     int64_t batches = 0;
     const int epochs = 5;

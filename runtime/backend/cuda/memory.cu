@@ -1,155 +1,19 @@
-// CUDA kernels for copies/casts, fills, arange, random numbers and scaling; launchers after the
-// kernels. Every kernel is a grid-stride loop over a flat element index.
+// CUDA kernels for copies/casts, fills, arange, random numbers and scaling (the CPU's
+// cpu/memory.cpp); launchers after the kernels. Every kernel is a grid-stride loop over a flat
+// element index.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <type_traits>
 
-#include "runtime/backend/cuda/kernels.h"
+#include "runtime/backend/cuda/device_utils.cuh"
+#include "runtime/backend/cuda/memory_kernels.h"
 #include "runtime/tensor/generator.h"
 
 namespace dp::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-// Enough blocks to fill any current GPU several times over; the loops stride over the rest.
-constexpr int64_t kMaxBlocks = int64_t(1) << 16;
-
-unsigned blocks_for(int64_t numel) {
-  return static_cast<unsigned>(std::min<int64_t>((numel + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ __forceinline__ int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
-
-// ---- Element conversions (the CPU backend's convert<To>(From), cpu_dispatch.h) ----------------
-
-template <typename T>
-inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-template <typename T>
-__host__ __device__ float half_to_float(T v) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else return __bfloat162float(v);
-}
-
-template <typename T>
-__host__ __device__ T float_to_half(float v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
-  else return __float2bfloat16_rn(v);
-}
-
-// 16-bit types convert through float (round to nearest even), bool is "!= 0 as float".
-template <typename To, typename From>
-__host__ __device__ To convert(From v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else if constexpr (is_half_v<From>) {
-    return convert<To>(half_to_float(v));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<float>(v) != 0.0f;
-  } else if constexpr (is_half_v<To>) {
-    return float_to_half<To>(static_cast<float>(v));
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
-// Calls fn(T{}) with the device element type of `dtype`.
-template <typename Fn>
-void dispatch_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: fn(float{}); return;
-    case DType::Float64: fn(double{}); return;
-    case DType::Float16: fn(__half{}); return;
-    case DType::BFloat16: fn(__nv_bfloat16{}); return;
-    case DType::Int32: fn(int32_t{}); return;
-    case DType::Int64: fn(int64_t{}); return;
-    case DType::UInt8: fn(uint8_t{}); return;
-    case DType::Bool: fn(bool{}); return;
-  }
-}
-
-template <typename Fn>
-void dispatch_floating_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: fn(float{}); return;
-    case DType::Float64: fn(double{}); return;
-    case DType::Float16: fn(__half{}); return;
-    case DType::BFloat16: fn(__nv_bfloat16{}); return;
-    default: return;  // callers check floating dtypes before launching
-  }
-}
-
-// ---- Strided offsets --------------------------------------------------------------------------
-
-// Flat index → element offsets of N operands. Index is int32_t when every offset fits (integer
-// division is several times cheaper in 32 bits), else int64_t.
-template <int N, typename Index>
-struct OffsetCalculator {
-  int32_t ndim;
-  Index sizes[kMaxDims];
-  Index strides[N][kMaxDims];
-
-  __device__ __forceinline__ void offsets(Index linear, Index (&out)[N]) const {
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = 0;
-#pragma unroll
-    for (int d = 0; d < kMaxDims; ++d) {
-      if (d == ndim) break;
-      const Index next = linear / sizes[d];
-      const Index coord = linear - next * sizes[d];
-      linear = next;
-#pragma unroll
-      for (int k = 0; k < N; ++k) out[k] += coord * strides[k][d];
-    }
-  }
-};
-
-template <int N, typename Index>
-OffsetCalculator<N, Index> make_offset_calculator(const StridedShape<N>& shape) {
-  OffsetCalculator<N, Index> calc{};
-  calc.ndim = shape.ndim;
-  for (int d = 0; d < shape.ndim; ++d) {
-    calc.sizes[d] = static_cast<Index>(shape.sizes[d]);
-    for (int k = 0; k < N; ++k) calc.strides[k][d] = static_cast<Index>(shape.strides[k][d]);
-  }
-  return calc;
-}
-
-template <int N>
-bool offsets_fit_int32(const StridedShape<N>& shape, int64_t numel) {
-  constexpr int64_t kLimit = INT32_MAX;
-  if (numel > kLimit) return false;
-  for (int k = 0; k < N; ++k) {
-    int64_t extent = 0;
-    for (int d = 0; d < shape.ndim; ++d) extent += (shape.sizes[d] - 1) * std::llabs(shape.strides[k][d]);
-    if (extent > kLimit) return false;
-  }
-  return true;
-}
-
-template <int N>
-bool is_contiguous(const StridedShape<N>& shape) {
-  if (shape.ndim > 1) return false;
-  for (int k = 0; k < N; ++k)
-    if (shape.ndim == 1 && shape.strides[k][0] != 1) return false;
-  return true;
-}
-
-// Launches kernel<Index>(calc, ...) with the narrowest index type that fits.
-template <int N, typename Launch>
-void with_offset_calculator(const StridedShape<N>& shape, int64_t numel, Launch&& launch) {
-  if (offsets_fit_int32(shape, numel)) launch(make_offset_calculator<N, int32_t>(shape));
-  else launch(make_offset_calculator<N, int64_t>(shape));
-}
+using namespace device;
 
 // ---- Kernels ----------------------------------------------------------------------------------
 

@@ -1,28 +1,15 @@
-// Launchers for the CUDA kernels in kernels.cu: copies/casts, fills, arange, random numbers and
-// an in-place scale. They take raw pointers, sizes and the stream, queue the kernel and return
-// the launch status (the caller checks it with DP_CUDA_CHECK). No tensor types here: kernels.cu
-// is compiled as C++17 by nvcc and must not see the C++20 headers.
+// Launchers for the CUDA kernels in memory.cu: copies/casts, fills, arange, random numbers and
+// an in-place scale (conventions in kernel_types.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "runtime/backend/cuda/kernel_types.h"
 #include "runtime/core/dtype.h"
 
 namespace dp::cuda {
-
-inline constexpr int kMaxDims = 8;
-
-// Shape and per-operand strides (in elements) of a strided loop, innermost dim first, after
-// merging dims that are contiguous in every operand (see make_strided_shape in memory.cpp).
-// Passed to the kernel by value.
-template <int N>
-struct StridedShape {
-  int32_t ndim = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[N][kMaxDims] = {};
-};
 
 // Mirrors dp::RandomDist (backend.h is C++20 and stays out of the .cu).
 enum class Distribution : uint8_t { Uniform, Normal, Bernoulli };

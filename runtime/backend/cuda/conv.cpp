@@ -1,0 +1,639 @@
+// 2-D convolution through cuDNN 9's legacy convolution API: cudnnConvolutionForward /
+// BackwardData / BackwardFilter / BackwardBias, and cudnnAddTensor for the forward's bias.
+//
+// Why the legacy API: it is what PyTorch's own legacy cuDNN path and most training frameworks
+// still call; it is fully documented and stable in cuDNN 9 (marked deprecated in favour of the
+// graph API, not removed); and it is far less code than the raw backend-descriptor graph API
+// without NVIDIA's cudnn-frontend (not available here), which matters for code written before a
+// GPU is at hand to run it. Its deprecation warnings are silenced for this file only (below).
+//
+// NOTE [ cuDNN convolution algorithms ]
+// Each (pass, dtype, TF32, layout, shape, parameters) problem picks its algorithm once and keeps
+// it in CudaBackend::ConvAlgoCache:
+//   - options().cudnn_benchmark (the default): cudnnFind*AlgorithmEx times every algorithm on the
+//     call's own buffers (the output it writes, y / dx / dw, is overwritten by the real call that
+//     follows), with a search workspace from the stream-ordered pool of up to 1 GiB (less when
+//     less memory is free). Find blocks the host until its timings are done: once per problem.
+//   - otherwise cuDNN's heuristic (cudnnGet*Algorithm_v7), in its ranking order.
+// Among the successful candidates with an allowed math type: the fastest, unless a deterministic
+// algorithm is within 10% (+5 µs) of it, which is then taken (forward algorithms all are; for the
+// backward passes the non-deterministic ones use atomics). The heuristic gives no timings, so it
+// takes its first-ranked candidate as is.
+// Math type: float32 without allow_tf32 must not round to TF32, and cuDNN's DEFAULT_MATH allows
+// TF32 on Ampere and later, so it gets CUDNN_FMA_MATH (as PyTorch) and only FMA candidates are
+// accepted; float32 with allow_tf32 gets DEFAULT_MATH; float16/bfloat16 TENSOR_OP_MATH with a
+// float32 compute type; float64 a float64 compute type. Each run sets the math type its
+// algorithm was chosen with.
+// Workspace: allocated per call from the stream-ordered pool and freed right after the call is
+// queued (stream-ordered: safe). Descriptors: created per call (a few µs), freed by RAII.
+// Tensors over 2^31 elements (the legacy API's limit) are processed in batch chunks; the weight
+// gradient and bias gradient of later chunks are accumulated with beta = 1.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "runtime/backend/cuda/conv_algo_cache.h"
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_check.h"
+
+// The legacy convolution API is deprecated (not removed) in cuDNN 9: see the file comment.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace dp::cuda {
+
+namespace {
+
+
+constexpr size_t kMaxSearchWorkspace = size_t(1) << 30;  // 1 GiB
+
+// ---- Problem description ----------------------------------------------------------------------
+
+// One convolution as cuDNN sees it: x [n, c, h, w], w [k, c/groups, r, s], y [n, k, oh, ow].
+struct ConvProblem {
+  ConvLayout layout = ConvLayout::NCHW;
+  DType dtype = kFloat32;
+  bool allow_tf32 = false;
+  int n = 0, c = 0, h = 0, w = 0;
+  int k = 0, r = 0, s = 0;
+  int oh = 0, ow = 0;
+  int stride[2] = {1, 1}, pad[2] = {0, 0}, dilation[2] = {1, 1};
+  int groups = 1;
+
+  int64_t x_image() const { return int64_t(c) * h * w; }   // elements of one image of x
+  int64_t y_image() const { return int64_t(k) * oh * ow; }  // of y
+
+  ConvProblemKey key(ConvPass pass, bool benchmark) const {
+    return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), allow_tf32, static_cast<int64_t>(layout),
+            benchmark, n, c, h, w, k, r, s, stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1], groups, 0};
+  }
+};
+
+int to_int(const char* op, const char* what, int64_t v) {
+  DP_CHECK(v >= 0 && v <= INT_MAX, op, ": ", what, " ", v, " exceeds cuDNN's int range");
+  return static_cast<int>(v);
+}
+
+// The layout of an operand set. NCHW contiguous is what the op layer passes today; NHWC
+// (channels-last strides) plugs in here once the op layer passes it.
+ConvLayout layout_of(const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    DP_CHECK(t->dim() == 4 && t->is_contiguous(), op, ": expected contiguous 4-D NCHW tensors, got ", t->str());
+  return ConvLayout::NCHW;
+}
+
+// x [N, C, H, W], w [K, C/g, KH, KW], y [N, K, OH, OW] (images: the batch of one chunk).
+ConvProblem make_problem(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                         ConvLayout layout, bool allow_tf32) {
+  DP_CHECK(x.size(0) == y.size(0) && w.size(0) == y.size(1) && p.groups >= 1 && x.size(1) == w.size(1) * p.groups,
+           op, ": inconsistent shapes x ", x.str(), ", weight ", w.str(), ", y ", y.str(), " for groups ", p.groups);
+  ConvProblem q;
+  q.layout = layout;
+  q.dtype = x.dtype();
+  q.allow_tf32 = allow_tf32;
+  q.n = to_int(op, "batch", x.size(0));
+  q.c = to_int(op, "channels", x.size(1));
+  q.h = to_int(op, "height", x.size(2));
+  q.w = to_int(op, "width", x.size(3));
+  q.k = to_int(op, "output channels", w.size(0));
+  q.r = to_int(op, "kernel height", w.size(2));
+  q.s = to_int(op, "kernel width", w.size(3));
+  q.oh = to_int(op, "output height", y.size(2));
+  q.ow = to_int(op, "output width", y.size(3));
+  q.stride[0] = to_int(op, "stride", p.stride_h);
+  q.stride[1] = to_int(op, "stride", p.stride_w);
+  q.pad[0] = to_int(op, "padding", p.pad_h);
+  q.pad[1] = to_int(op, "padding", p.pad_w);
+  q.dilation[0] = to_int(op, "dilation", p.dilation_h);
+  q.dilation[1] = to_int(op, "dilation", p.dilation_w);
+  q.groups = to_int(op, "groups", p.groups);
+  DP_CHECK(w.numel() <= INT_MAX, op, ": weight ", w.str(), " exceeds cuDNN's 2^31-element tensor limit");
+  DP_CHECK(q.x_image() <= INT_MAX && q.y_image() <= INT_MAX, op, ": one image of x ", x.str(), " or y ", y.str(),
+           " exceeds cuDNN's 2^31-element tensor limit");
+  return q;
+}
+
+// Images per cuDNN call so that no tensor passes 2^31 elements (all of them when they fit).
+int64_t images_per_chunk(const ConvProblem& q) {
+  const int64_t per_image = std::max<int64_t>({q.x_image(), q.y_image(), 1});
+  return std::max<int64_t>(1, std::min<int64_t>(q.n, INT_MAX / per_image));
+}
+
+cudnnDataType_t data_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return CUDNN_DATA_FLOAT;
+    case DType::Float64: return CUDNN_DATA_DOUBLE;
+    case DType::Float16: return CUDNN_DATA_HALF;
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    default: throw Error(detail::concat("conv2d: cuDNN has no convolution for ", dtype_name(dtype)));
+  }
+}
+
+// Accumulation type of the convolution: float64 for float64, float32 otherwise (16-bit types too).
+cudnnDataType_t compute_type(DType dtype) { return dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
+
+// See NOTE [ cuDNN convolution algorithms ].
+cudnnMathType_t requested_math(DType dtype, bool allow_tf32) {
+  switch (dtype) {
+    case DType::Float32: return allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::Float16: case DType::BFloat16: return CUDNN_TENSOR_OP_MATH;
+    default: return CUDNN_DEFAULT_MATH;
+  }
+}
+
+// Whether an algorithm found with `math` may run: float32 without TF32 takes FMA only.
+bool math_allowed(const ConvProblem& q, cudnnMathType_t math) {
+  return !(q.dtype == DType::Float32 && !q.allow_tf32) || math == CUDNN_FMA_MATH;
+}
+
+// alpha / beta in the scaling type cuDNN expects (double for float64 data, float otherwise).
+struct Scalars {
+  explicit Scalars(DType dtype) : is_double(dtype == DType::Float64) {}
+  const void* one() const { return is_double ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero() const { return is_double ? static_cast<const void*>(&d0) : &f0; }
+  const void* beta(bool accumulate) const { return accumulate ? one() : zero(); }
+  bool is_double;
+  float f1 = 1.0f, f0 = 0.0f;
+  double d1 = 1.0, d0 = 0.0;
+};
+
+// ---- Descriptors (RAII) -----------------------------------------------------------------------
+
+class TensorDesc {
+ public:
+  explicit TensorDesc(int device) { DP_CUDNN_CHECK(device, cudnnCreateTensorDescriptor(&desc_)); }
+  ~TensorDesc() { if (desc_) cudnnDestroyTensorDescriptor(desc_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  cudnnTensorDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnTensorDescriptor_t desc_ = nullptr;
+};
+
+class FilterDesc {
+ public:
+  explicit FilterDesc(int device) { DP_CUDNN_CHECK(device, cudnnCreateFilterDescriptor(&desc_)); }
+  ~FilterDesc() { if (desc_) cudnnDestroyFilterDescriptor(desc_); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+  cudnnFilterDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnFilterDescriptor_t desc_ = nullptr;
+};
+
+class ConvDesc {
+ public:
+  explicit ConvDesc(int device) { DP_CUDNN_CHECK(device, cudnnCreateConvolutionDescriptor(&desc_)); }
+  ~ConvDesc() { if (desc_) cudnnDestroyConvolutionDescriptor(desc_); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+  cudnnConvolutionDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnConvolutionDescriptor_t desc_ = nullptr;
+};
+
+// A logical [n, c, h, w] tensor in `layout` (packed).
+void describe_tensor(cudnnTensorDescriptor_t desc, DType dtype, ConvLayout layout, int n, int c, int h, int w,
+                     int device) {
+  const int dims[4] = {n, c, h, w};
+  int strides[4];
+  if (layout == ConvLayout::NCHW) {
+    strides[3] = 1, strides[2] = w, strides[1] = h * w, strides[0] = c * h * w;
+  } else {  // NHWC: channel innermost
+    strides[1] = 1, strides[3] = c, strides[2] = w * c, strides[0] = h * w * c;
+  }
+  DP_CUDNN_CHECK(device, cudnnSetTensorNdDescriptor(desc, data_type(dtype), 4, dims, strides), "tensor [", n, ", ", c,
+                 ", ", h, ", ", w, "]");
+}
+
+// Every descriptor of one problem: x, y (dx, dy), w (dw), the convolution, and the bias [1, k, 1, 1].
+struct ConvDescriptors {
+  TensorDesc x, y, bias;
+  FilterDesc w;
+  ConvDesc conv;
+
+  ConvDescriptors(const ConvProblem& q, int device) : x(device), y(device), bias(device), w(device), conv(device) {
+    describe_tensor(x.get(), q.dtype, q.layout, q.n, q.c, q.h, q.w, device);
+    describe_tensor(y.get(), q.dtype, q.layout, q.n, q.k, q.oh, q.ow, device);
+    describe_tensor(bias.get(), q.dtype, ConvLayout::NCHW, 1, q.k, 1, 1, device);  // a plain vector either way
+    const int filter_dims[4] = {q.k, q.c / q.groups, q.r, q.s};
+    const cudnnTensorFormat_t format = q.layout == ConvLayout::NCHW ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
+    DP_CUDNN_CHECK(device, cudnnSetFilterNdDescriptor(w.get(), data_type(q.dtype), format, 4, filter_dims));
+    DP_CUDNN_CHECK(device, cudnnSetConvolutionNdDescriptor(conv.get(), 2, q.pad, q.stride, q.dilation,
+                                                           CUDNN_CROSS_CORRELATION, compute_type(q.dtype)));
+    DP_CUDNN_CHECK(device, cudnnSetConvolutionGroupCount(conv.get(), q.groups));
+    DP_CUDNN_CHECK(device, cudnnSetConvolutionMathType(conv.get(), requested_math(q.dtype, q.allow_tf32)));
+    // Our output size (the op layer's formula) must be cuDNN's.
+    int out[4] = {0, 0, 0, 0};
+    DP_CUDNN_CHECK(device, cudnnGetConvolutionNdForwardOutputDim(conv.get(), x.get(), w.get(), 4, out));
+    DP_CHECK(out[0] == q.n && out[1] == q.k && out[2] == q.oh && out[3] == q.ow, "conv2d: cuDNN computes an output of [",
+             out[0], ", ", out[1], ", ", out[2], ", ", out[3], "], expected [", q.n, ", ", q.k, ", ", q.oh, ", ", q.ow,
+             "]");
+  }
+};
+
+// Device memory from the backend's stream-ordered pool for the scope (freed stream-ordered, so
+// freeing right after queuing the work that uses it is safe).
+class Workspace {
+ public:
+  Workspace(CudaBackend& backend, size_t bytes)
+      : backend_(backend), bytes_(bytes), ptr_(bytes ? backend.allocate(bytes) : nullptr) {}
+  ~Workspace() { if (ptr_) backend_.deallocate(ptr_, bytes_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return ptr_; }
+  size_t size() const { return ptr_ ? bytes_ : 0; }
+
+ private:
+  CudaBackend& backend_;
+  size_t bytes_;
+  void* ptr_;
+};
+
+// The most workspace an algorithm may take: 1 GiB, or less when the device has less free
+// (counting what the pool holds unused), with a tenth kept back.
+size_t workspace_limit(CudaBackend& backend) {
+  size_t free_bytes = 0, total_bytes = 0;
+  DP_CUDA_CHECK(backend.device_index(), cudaMemGetInfo(&free_bytes, &total_bytes));
+  const PoolStats pool = backend.pool_stats();
+  const size_t pooled = pool.reserved_bytes > pool.used_bytes ? pool.reserved_bytes - pool.used_bytes : 0;
+  return std::min(kMaxSearchWorkspace, (free_bytes + pooled) / 10 * 9);
+}
+
+// The search workspace: workspace_limit(), or smaller tries after a failed allocation, down to
+// none.
+std::optional<Workspace> search_workspace(CudaBackend& backend) {
+  size_t bytes = workspace_limit(backend);
+  for (int attempt = 0; attempt < 3 && bytes > 0; ++attempt, bytes /= 4) {
+    try {
+      return std::optional<Workspace>(std::in_place, backend, bytes);
+    } catch (const Error&) {
+      (void)cudaGetLastError();  // the failed cudaMallocAsync must not surface in a later launch
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- Algorithm choice -------------------------------------------------------------------------
+
+// The pick among cuDNN's results (sorted fastest first by Find, best-ranked first by the
+// heuristic); see NOTE [ cuDNN convolution algorithms ]. nullopt when none is usable.
+template <typename Perf>
+std::optional<ConvAlgoChoice> pick(const ConvProblem& q, const Perf* results, int count, bool timed,
+                                   size_t max_workspace) {
+  const Perf* fastest = nullptr;
+  const Perf* deterministic = nullptr;
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = results[i];
+    if (r.status != CUDNN_STATUS_SUCCESS || !math_allowed(q, r.mathType) || r.memory > max_workspace) continue;
+    if (timed && r.time < 0) continue;  // not timed (Find reports -1 for algorithms it skipped)
+    if (fastest == nullptr) fastest = &r;
+    if (deterministic == nullptr && r.determinism == CUDNN_DETERMINISTIC) deterministic = &r;
+  }
+  if (fastest == nullptr) return std::nullopt;
+  const Perf* chosen = fastest;
+  if (timed && deterministic != nullptr && deterministic->time <= fastest->time * 1.1f + 0.005f) chosen = deterministic;
+  return ConvAlgoChoice{static_cast<int>(chosen->algo), static_cast<int>(chosen->mathType), chosen->memory};
+}
+
+// The buffers a pass reads and writes (Find runs the convolution on them).
+struct ConvBuffers {
+  const void* x = nullptr;  // forward, backward filter
+  const void* w = nullptr;  // forward, backward data
+  const void* dy = nullptr; // backward data, backward filter
+  void* out = nullptr;      // y, dx or dw
+};
+
+// The pass's cuDNN calls, so the search code is written once.
+struct ForwardApi {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  static constexpr Algo kFallback = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescriptors& d, int n, int* found, Perf* out) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), n, found, out);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescriptors& d, const ConvBuffers& b, int n, int* found,
+                            Perf* out, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), b.x, d.w.get(), b.w, d.conv.get(), d.y.get(), b.out, n,
+                                                  found, out, ws, ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescriptors& d, Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), algo, bytes);
+  }
+};
+
+struct BackwardDataApi {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  static constexpr Algo kFallback = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;  // deterministic
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
+    return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescriptors& d, int n, int* found, Perf* out) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), n, found, out);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescriptors& d, const ConvBuffers& b, int n, int* found,
+                            Perf* out, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), b.w, d.y.get(), b.dy, d.conv.get(), d.x.get(),
+                                                       b.out, n, found, out, ws, ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescriptors& d, Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), algo, bytes);
+  }
+};
+
+struct BackwardFilterApi {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  static constexpr Algo kFallback = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;  // deterministic
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
+    return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescriptors& d, int n, int* found, Perf* out) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), n, found,
+                                                         out);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescriptors& d, const ConvBuffers& b, int n, int* found,
+                            Perf* out, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), b.x, d.y.get(), b.dy, d.conv.get(), d.w.get(),
+                                                         b.out, n, found, out, ws, ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescriptors& d, Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), algo,
+                                                          bytes);
+  }
+};
+
+// Searches the pass's algorithm (Find or heuristic), leaving the descriptor's math type as the
+// choice's. Falls back to the pass's plain GEMM-based algorithm when nothing usable comes back.
+template <typename Api>
+ConvAlgoChoice search(CudaBackend& backend, cudnnHandle_t handle, const ConvProblem& q, const ConvDescriptors& d,
+                      const ConvBuffers& buffers, bool benchmark) {
+  const int device = backend.device_index();
+  int max_count = 0;
+  DP_CUDNN_CHECK(device, Api::max_count(handle, &max_count));
+  std::vector<typename Api::Perf> results(static_cast<size_t>(std::max(max_count, 1)));
+  int found = 0;
+  std::optional<ConvAlgoChoice> choice;
+  if (benchmark) {
+    std::optional<Workspace> ws = search_workspace(backend);
+    DP_CUDNN_CHECK(device,
+                   Api::find(handle, d, buffers, static_cast<int>(results.size()), &found, results.data(),
+                             ws ? ws->get() : nullptr, ws ? ws->size() : 0),
+                   "timing convolution algorithms");
+    choice = pick(q, results.data(), found, /*timed=*/true, ws ? ws->size() : 0);
+  } else {
+    DP_CUDNN_CHECK(device, Api::heuristic(handle, d, static_cast<int>(results.size()), &found, results.data()));
+    choice = pick(q, results.data(), found, /*timed=*/false, workspace_limit(backend));
+  }
+  if (!choice) choice = ConvAlgoChoice{static_cast<int>(Api::kFallback), requested_math(q.dtype, q.allow_tf32), 0};
+  // The exact workspace of the algorithm under its math type (the larger of this and the reported one).
+  DP_CUDNN_CHECK(device, cudnnSetConvolutionMathType(d.conv.get(), static_cast<cudnnMathType_t>(choice->math_type)));
+  size_t bytes = 0;
+  DP_CUDNN_CHECK(device, Api::workspace(handle, d, static_cast<typename Api::Algo>(choice->algo), &bytes),
+                 "workspace of convolution algorithm ", choice->algo);
+  choice->workspace_bytes = std::max(choice->workspace_bytes, bytes);
+  return *choice;
+}
+
+// The cached choice for (pass, problem), searched on a miss (under the cache's lock, so one
+// problem is searched once). Sets the descriptor's math type to the choice's.
+template <typename Api>
+ConvAlgoChoice algo_for(CudaBackend& backend, std::mutex& mutex, std::map<ConvProblemKey, ConvAlgoChoice>& choices,
+                        ConvPass pass, const ConvProblem& q, const ConvDescriptors& d, const ConvBuffers& buffers) {
+  const bool benchmark = backend.options().cudnn_benchmark;
+  const ConvProblemKey key = q.key(pass, benchmark);
+  ConvAlgoChoice choice;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = choices.find(key);
+    if (it == choices.end()) it = choices.emplace(key, search<Api>(backend, backend.cudnn(), q, d, buffers, benchmark)).first;
+    choice = it->second;
+  }
+  DP_CUDNN_CHECK(backend.device_index(),
+                 cudnnSetConvolutionMathType(d.conv.get(), static_cast<cudnnMathType_t>(choice.math_type)));
+  return choice;
+}
+
+bool unsupported_by_cudnn(cudnnStatus_t status) {
+  const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(status));
+  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
+}
+
+// y [n, K, OH, OW] += bias [K] over n, OH, OW: cudnnAddTensor, or the backend's own broadcast add
+// where cuDNN does not take the dtype.
+void add_bias(CudaBackend& backend, cudnnHandle_t handle, const Scalars& scalars, ConvLayout layout, const Tensor& bias,
+              const Tensor& y) {
+  const int device = backend.device_index();
+  const int k = static_cast<int>(y.size(1));
+  TensorDesc y_desc(device), b_desc(device);
+  describe_tensor(y_desc.get(), y.dtype(), layout, static_cast<int>(y.size(0)), k, static_cast<int>(y.size(2)),
+                  static_cast<int>(y.size(3)), device);
+  describe_tensor(b_desc.get(), y.dtype(), ConvLayout::NCHW, 1, k, 1, 1, device);
+  const cudnnStatus_t status =
+      cudnnAddTensor(handle, scalars.one(), b_desc.get(), bias.raw_data(), scalars.one(), y_desc.get(), y.raw_data());
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  if (!unsupported_by_cudnn(status)) throw_cudnn_error("cudnnAddTensor", status, device, detail::concat("conv2d bias ", bias.str()));
+  backend.binary(BinaryOp::Add, y, bias.reshape({1, k, 1, 1}).expand(y.shape()), y);  // elementwise in place
+}
+
+// dbias [K] (=, or += when accumulate) Σ dy [n, K, OH, OW] over n, OH, OW: cuDNN's
+// BackwardBias, or the backend's own reduction where cuDNN does not take the dtype.
+void bias_gradient(CudaBackend& backend, cudnnHandle_t handle, const Scalars& scalars, ConvLayout layout,
+                   const Tensor& dy, const Tensor& dbias, bool accumulate) {
+  const int device = backend.device_index();
+  const int k = static_cast<int>(dy.size(1));
+  TensorDesc y_desc(device), b_desc(device);
+  describe_tensor(y_desc.get(), dy.dtype(), layout, static_cast<int>(dy.size(0)), k, static_cast<int>(dy.size(2)),
+                  static_cast<int>(dy.size(3)), device);
+  describe_tensor(b_desc.get(), dy.dtype(), ConvLayout::NCHW, 1, k, 1, 1, device);
+  const cudnnStatus_t status = cudnnConvolutionBackwardBias(handle, scalars.one(), y_desc.get(), dy.raw_data(),
+                                                            scalars.beta(accumulate), b_desc.get(), dbias.raw_data());
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  if (!unsupported_by_cudnn(status))
+    throw_cudnn_error("cudnnConvolutionBackwardBias", status, device, detail::concat("conv2d bias gradient ", dbias.str()));
+  const Tensor db = dbias.reshape({1, k, 1, 1});
+  if (!accumulate) {
+    backend.reduce(ReduceOp::Sum, dy, db);
+    return;
+  }
+  const Tensor part = Tensor::empty({1, k, 1, 1}, dy.dtype(), backend.device());
+  backend.reduce(ReduceOp::Sum, dy, part);
+  backend.axpby(1.0, part, 1.0, db);
+}
+
+// Images [n0, n0 + count) of an [N, ...] tensor (a contiguous view: N is the outermost dim).
+Tensor images(const Tensor& t, int64_t n0, int64_t count) { return t.narrow(0, n0, count); }
+
+void check_conv_operands(const char* op, const Tensor& a, const Tensor& b, const Tensor& c) {
+  DP_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), op, ": dtypes differ: ", a.str(), ", ", b.str(), ", ",
+           c.str());
+}
+
+}  // namespace
+
+size_t CudaBackend::conv_algo_cache_size() const {
+  std::lock_guard<std::mutex> lock(conv_algos_->mutex);
+  return conv_algos_->choices.size();
+}
+
+// x [N, C, H, W], w [K, C/g, KH, KW], bias [K] (optional) → y [N, K, OH, OW]
+void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                                 const Conv2dParams& p) {
+  const char* op = "conv2d_forward";
+  for (const Tensor* t : {&x, &w, &y}) check_operand(op, *t);
+  if (bias.defined()) check_operand(op, bias);
+  check_supported(Kernel::Conv2dForward, x.dtype());
+  check_conv_operands(op, x, w, y);
+  DP_CHECK(!bias.defined() || (bias.dtype() == x.dtype() && bias.dim() == 1 && bias.size(0) == w.size(0) &&
+                               bias.is_contiguous()),
+           op, ": bias ", bias.str(), " does not match weight ", w.str());
+  const ConvLayout layout = layout_of(op, {&x, &w, &y});
+  const ConvProblem whole = make_problem(op, x, w, y, p, layout, options_.allow_tf32);
+  if (y.numel() == 0) return;
+  activate();
+  cudnnHandle_t handle = cudnn();
+  const Scalars scalars(x.dtype());
+  const bool flows = x.numel() > 0 && w.numel() > 0;
+  if (!flows) {  // no input channels or empty images (all padding): y = bias, or 0
+    DP_CUDA_CHECK(device_, cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), stream_), op, " ", y.str());
+    if (!bias.defined()) return;
+  }
+  const int64_t chunk = images_per_chunk(whole);
+  for (int64_t n0 = 0; n0 < whole.n; n0 += chunk) {
+    const int64_t count = std::min<int64_t>(chunk, whole.n - n0);
+    const Tensor y_part = images(y, n0, count);
+    if (flows) {
+      ConvProblem q = whole;
+      q.n = static_cast<int>(count);
+      const ConvDescriptors d(q, device_);
+      ConvBuffers buffers;
+      buffers.x = images(x, n0, count).raw_data();
+      buffers.w = w.raw_data();
+      buffers.out = y_part.raw_data();
+      const ConvAlgoChoice choice =
+          algo_for<ForwardApi>(*this, conv_algos_->mutex, conv_algos_->choices, ConvPass::Forward, q, d, buffers);
+      const Workspace ws(*this, choice.workspace_bytes);
+      DP_CUDNN_CHECK(device_,
+                     cudnnConvolutionForward(handle, scalars.one(), d.x.get(), buffers.x, d.w.get(), buffers.w,
+                                             d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo),
+                                             ws.get(), ws.size(), scalars.zero(), d.y.get(), buffers.out),
+                     op, " ", x.str(), " * ", w.str(), " (algorithm ", choice.algo, ")");
+    }
+    if (bias.defined()) add_bias(*this, handle, scalars, layout, bias, y_part);
+  }
+}
+
+// dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W] (overwritten)
+void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  const char* op = "conv2d_backward_input";
+  for (const Tensor* t : {&dy, &w, &dx}) check_operand(op, *t);
+  check_supported(Kernel::Conv2dBackwardInput, dy.dtype());
+  check_conv_operands(op, dy, w, dx);
+  const ConvLayout layout = layout_of(op, {&dy, &w, &dx});
+  const ConvProblem whole = make_problem(op, dx, w, dy, p, layout, options_.allow_tf32);
+  if (dx.numel() == 0) return;
+  activate();
+  if (dy.numel() == 0 || w.numel() == 0) {  // nothing flows back: dx = 0
+    DP_CUDA_CHECK(device_, cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), stream_), op, " ", dx.str());
+    return;
+  }
+  cudnnHandle_t handle = cudnn();
+  const Scalars scalars(dy.dtype());
+  const int64_t chunk = images_per_chunk(whole);
+  for (int64_t n0 = 0; n0 < whole.n; n0 += chunk) {
+    const int64_t count = std::min<int64_t>(chunk, whole.n - n0);
+    ConvProblem q = whole;
+    q.n = static_cast<int>(count);
+    const ConvDescriptors d(q, device_);
+    ConvBuffers buffers;
+    buffers.w = w.raw_data();
+    buffers.dy = images(dy, n0, count).raw_data();
+    buffers.out = images(dx, n0, count).raw_data();
+    const ConvAlgoChoice choice = algo_for<BackwardDataApi>(*this, conv_algos_->mutex, conv_algos_->choices,
+                                                            ConvPass::BackwardData, q, d, buffers);
+    const Workspace ws(*this, choice.workspace_bytes);
+    DP_CUDNN_CHECK(device_,
+                   cudnnConvolutionBackwardData(handle, scalars.one(), d.w.get(), buffers.w, d.y.get(), buffers.dy,
+                                                d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo),
+                                                ws.get(), ws.size(), scalars.zero(), d.x.get(), buffers.out),
+                   op, " ", dy.str(), " → ", dx.str(), " (algorithm ", choice.algo, ")");
+  }
+}
+
+// dy [N, K, OH, OW], x [N, C, H, W] → dw [K, C/g, KH, KW] (overwritten), dbias [K] (optional, overwritten)
+void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
+                                         const Conv2dParams& p) {
+  const char* op = "conv2d_backward_weight";
+  for (const Tensor* t : {&dy, &x, &dw}) check_operand(op, *t);
+  if (dbias.defined()) check_operand(op, dbias);
+  check_supported(Kernel::Conv2dBackwardWeight, dy.dtype());
+  check_conv_operands(op, dy, x, dw);
+  DP_CHECK(!dbias.defined() || (dbias.dtype() == dy.dtype() && dbias.dim() == 1 && dbias.size(0) == dw.size(0) &&
+                                dbias.is_contiguous()),
+           op, ": bias gradient ", dbias.str(), " does not match weight gradient ", dw.str());
+  const ConvLayout layout = layout_of(op, {&dy, &x, &dw});
+  const ConvProblem whole = make_problem(op, x, dw, dy, p, layout, options_.allow_tf32);
+  const bool with_weight = dw.numel() > 0, with_bias = dbias.defined() && dbias.numel() > 0;
+  if (!with_weight && !with_bias) return;
+  activate();
+  const bool weight_flows = with_weight && x.numel() > 0 && dy.numel() > 0;
+  const bool bias_flows = with_bias && dy.numel() > 0;
+  if (with_weight && !weight_flows)  // empty batch or empty images: zero gradient
+    DP_CUDA_CHECK(device_, cudaMemsetAsync(dw.raw_data(), 0, dw.nbytes(), stream_), op, " ", dw.str());
+  if (with_bias && !bias_flows)
+    DP_CUDA_CHECK(device_, cudaMemsetAsync(dbias.raw_data(), 0, dbias.nbytes(), stream_), op, " ", dbias.str());
+  if (!weight_flows && !bias_flows) return;
+  cudnnHandle_t handle = cudnn();
+  const Scalars scalars(dy.dtype());
+  const int64_t chunk = images_per_chunk(whole);
+  for (int64_t n0 = 0; n0 < whole.n; n0 += chunk) {
+    const int64_t count = std::min<int64_t>(chunk, whole.n - n0);
+    const bool accumulate = n0 > 0;  // later chunks add to the first chunk's sums
+    const Tensor dy_part = images(dy, n0, count);
+    if (weight_flows) {
+      ConvProblem q = whole;
+      q.n = static_cast<int>(count);
+      const ConvDescriptors d(q, device_);
+      ConvBuffers buffers;
+      buffers.x = images(x, n0, count).raw_data();
+      buffers.dy = dy_part.raw_data();
+      buffers.out = dw.raw_data();
+      // Find overwrites its output: past the first chunk dw holds a partial sum, so a search
+      // there (a last chunk of another size) writes into a scratch buffer instead.
+      std::optional<Workspace> scratch;
+      if (accumulate && options_.cudnn_benchmark) {
+        scratch.emplace(*this, dw.nbytes());
+        buffers.out = scratch->get();
+      }
+      const ConvAlgoChoice choice = algo_for<BackwardFilterApi>(*this, conv_algos_->mutex, conv_algos_->choices,
+                                                                ConvPass::BackwardFilter, q, d, buffers);
+      const Workspace ws(*this, choice.workspace_bytes);
+      DP_CUDNN_CHECK(device_,
+                     cudnnConvolutionBackwardFilter(handle, scalars.one(), d.x.get(), buffers.x, d.y.get(), buffers.dy,
+                                                    d.conv.get(),
+                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algo),
+                                                    ws.get(), ws.size(), scalars.beta(accumulate), d.w.get(),
+                                                    dw.raw_data()),
+                     op, " ", dy.str(), " → ", dw.str(), " (algorithm ", choice.algo, ")");
+    }
+    if (bias_flows) bias_gradient(*this, handle, scalars, layout, dy_part, dbias, accumulate);
+  }
+}
+
+}  // namespace dp::cuda
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,39 @@
+// cuDNN convolution algorithm choices by problem, so the search (timing every algorithm with
+// cudnnFind*Ex, or asking the heuristic with cudnnGet*_v7) runs once per problem rather than once
+// per call. Internal to the CUDA backend (conv.cpp fills it; cuda_backend.cpp only owns it).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "runtime/backend/cuda/cuda_backend.h"
+
+namespace dp::cuda {
+
+// Which convolution pass a choice is for.
+enum class ConvPass : uint8_t { Forward, BackwardData, BackwardFilter };
+
+// Memory layout of activations and weight: NCHW (contiguous today), or NHWC (PyTorch's
+// channels_last: the same logical [N, C, H, W] with channel stride 1; the weight
+// [Cout, Cin/g, KH, KW] likewise). conv.cpp builds every cuDNN descriptor from it.
+enum class ConvLayout : uint8_t { NCHW, NHWC };
+
+// pass, dtype, TF32 allowed, layout, benchmark, N, C, H, W, K, KH, KW, stride h/w, padding h/w,
+// dilation h/w, groups (and one spare 0): everything the search depends on (conv.cpp builds it).
+using ConvProblemKey = std::array<int64_t, 20>;
+
+struct ConvAlgoChoice {
+  int algo = 0;                // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  int math_type = 0;           // cudnnMathType_t the algorithm was chosen with (set before each run)
+  size_t workspace_bytes = 0;  // what it needs, allocated from the stream-ordered pool per call
+};
+
+struct CudaBackend::ConvAlgoCache {
+  std::mutex mutex;
+  std::map<ConvProblemKey, ConvAlgoChoice> choices;
+};
+
+}  // namespace dp::cuda

@@ -1,0 +1,155 @@
+// Front-ends of the CUDA optimiser kernels (optim.cu): fused SGD / AdamW / LAMB-direction / LARS
+// updates over flat buffers and the multi-tensor squared norms. float32 and float64 only
+// (CudaBackend::supports). The scalars are computed here in double exactly as the CPU backend
+// computes them (runtime/backend/cpu/optim.cpp) and cast to the element type by the launcher.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <initializer_list>
+#include <vector>
+
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_check.h"
+#include "runtime/backend/cuda/optim_kernels.h"
+
+namespace dp::cuda {
+
+namespace {
+
+// Every buffer contiguous, with the parameter's numel and dtype (the CPU backend's check_flat).
+void check_flat(const char* op, const Tensor& param, std::initializer_list<const Tensor*> others) {
+  DP_CHECK(param.is_contiguous(), op, ": the parameter must be contiguous, got ", param.str());
+  for (const Tensor* t : others)
+    DP_CHECK(t->is_contiguous() && t->numel() == param.numel() && t->dtype() == param.dtype(), op,
+             ": every buffer must be contiguous with the parameter's numel and dtype, got ", t->str(), " for ",
+             param.str());
+}
+
+// The CPU backend's AdamConstants, in double (cast to the element type by the launcher).
+AdamScalars adam_scalars(const AdamParams& p) {
+  const double bc1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(p.beta2, static_cast<double>(p.step));
+  AdamScalars s;
+  s.beta1 = p.beta1;
+  s.one_minus_beta1 = 1.0 - p.beta1;
+  s.beta2 = p.beta2;
+  s.one_minus_beta2 = 1.0 - p.beta2;
+  s.eps = p.eps;
+  s.inv_divisor = 1.0 / p.grad_divisor;
+  s.divisor = p.grad_divisor;
+  s.divide = p.grad_divisor != 1.0;
+  s.step_size = p.lr / bc1;
+  s.bc1 = bc1;
+  s.bc2 = bc2;
+  s.bc2_sqrt = std::sqrt(bc2);
+  s.weight_decay = p.weight_decay;
+  // p·(1 − lr·λ) as p − (lr·λ)·p, as the CPU backend (rounding 1 − lr·λ would bias every step).
+  s.lr_wd = p.lr * p.weight_decay;
+  return s;
+}
+
+}  // namespace
+
+void CudaBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p) {
+  check_operand("sgd_update", param);
+  check_operand("sgd_update", grad);
+  const bool use_momentum = p.momentum != 0.0;
+  if (use_momentum) {
+    DP_CHECK(momentum_buf.defined(), "sgd_update: momentum ", p.momentum, " needs a momentum buffer");
+    check_operand("sgd_update", momentum_buf);
+  }
+  check_supported(Kernel::SgdUpdate, param.dtype());
+  if (use_momentum) check_flat("sgd_update", param, {&grad, &momentum_buf});
+  else check_flat("sgd_update", param, {&grad});
+  if (param.numel() == 0) return;
+  activate();
+  SgdScalars s;
+  s.lr = p.lr;
+  s.momentum = p.momentum;
+  s.dampening = p.dampening;
+  s.weight_decay = p.weight_decay;
+  s.nesterov = p.nesterov;
+  s.first_step = p.first_step;
+  DP_CUDA_CHECK(device_,
+                launch_sgd_update(param.raw_data(), grad.raw_data(), use_momentum ? momentum_buf.raw_data() : nullptr,
+                                  param.dtype(), param.numel(), s, stream_),
+                "sgd_update ", param.str());
+}
+
+void CudaBackend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                               const Tensor& exp_avg_sq, const AdamParams& p) {
+  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq}) check_operand("adamw_update", *t);
+  check_supported(Kernel::AdamwUpdate, param.dtype());
+  check_flat("adamw_update", param, {&grad, &exp_avg, &exp_avg_sq});
+  DP_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got ", p.step);
+  if (param.numel() == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_adamw_update(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
+                                    param.dtype(), param.numel(), adam_scalars(p), stream_),
+                "adamw_update ", param.str());
+}
+
+void CudaBackend::lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, const Tensor& update, const AdamParams& p) {
+  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq, &update}) check_operand("lamb_direction", *t);
+  check_supported(Kernel::LambDirection, param.dtype());
+  check_flat("lamb_direction", param, {&grad, &exp_avg, &exp_avg_sq, &update});
+  DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
+  if (param.numel() == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_lamb_direction(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
+                                      update.raw_data(), param.dtype(), param.numel(), adam_scalars(p), stream_),
+                "lamb_direction ", param.str());
+}
+
+void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                              const LarsParams& p) {
+  for (const Tensor* t : {&param, &grad, &momentum_buf}) check_operand("lars_update", *t);
+  check_supported(Kernel::LarsUpdate, param.dtype());
+  check_flat("lars_update", param, {&grad, &momentum_buf});
+  if (param.numel() == 0) return;
+  activate();
+  LarsScalars s;
+  s.lr = p.lr;
+  s.momentum = p.momentum;
+  s.weight_decay = p.weight_decay;
+  s.trust = p.trust;
+  s.lr_outside_momentum = p.lr_outside_momentum;
+  DP_CUDA_CHECK(device_,
+                launch_lars_update(param.raw_data(), grad.raw_data(), momentum_buf.raw_data(), param.dtype(),
+                                   param.numel(), s, stream_),
+                "lars_update ", param.str());
+}
+
+void CudaBackend::squared_norms(const std::vector<Tensor>& xs, const Tensor& out) {
+  check_operand("squared_norms", out);
+  DP_CHECK(out.is_contiguous() && out.dtype() == kFloat64 && out.numel() == static_cast<int64_t>(xs.size()),
+           "squared_norms: out must be a contiguous float64 tensor of ", xs.size(), " elements, got ", out.str());
+  std::vector<NormInput> inputs(xs.size());
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const Tensor& x = xs[k];
+    check_operand("squared_norms", x);
+    check_supported(Kernel::SquaredNorms, x.dtype());
+    DP_CHECK(x.is_contiguous(), "squared_norms: tensor ", k, " must be contiguous, got ", x.str());
+    inputs[k] = NormInput{x.raw_data(), x.numel(), x.dtype()};
+  }
+  if (xs.empty()) return;
+  activate();
+  const int64_t count = static_cast<int64_t>(inputs.size());
+  const size_t scratch_bytes = squared_norms_scratch_bytes(inputs.data(), count);
+  // Stream-ordered: freeing right after the launches queue is safe (NOTE [ CUDA memory pool ]).
+  struct Scratch {
+    CudaBackend* backend;
+    void* ptr;
+    size_t nbytes;
+    ~Scratch() { backend->deallocate(ptr, nbytes); }
+  } scratch{this, allocate(scratch_bytes), scratch_bytes};
+  DP_CUDA_CHECK(device_,
+                launch_squared_norms(inputs.data(), count, out.data<double>(), scratch.ptr, scratch.nbytes, stream_),
+                "squared_norms over ", xs.size(), " tensors");
+}
+
+}  // namespace dp::cuda

@@ -1,0 +1,56 @@
+// The step profiler: host-clock phases on the CPU, device markers read one step late on a GPU.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "launch/step_profiler.h"
+#include "runtime/core/runtime.h"
+
+namespace dp {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(StepProfiler, HostPhasesAverageOverSteps) {
+  Runtime runtime;
+  StepProfiler profiler(&runtime.cpu().backend());
+  EXPECT_FALSE(profiler.device_timed());
+  for (int step = 0; step < 2; ++step) {
+    profiler.begin(Phase::Data);
+    std::this_thread::sleep_for(2ms);
+    profiler.begin(Phase::Forward);
+    std::this_thread::sleep_for(4ms);
+    profiler.end();
+    profiler.step_done();
+  }
+  EXPECT_EQ(profiler.steps(), 2);
+  // Lower bounds only: a sleep lasts at least its time, however loaded the machine is.
+  EXPECT_GE(profiler.ms_per_step(Phase::Data), 2.0);
+  EXPECT_GE(profiler.ms_per_step(Phase::Forward), 4.0);
+  EXPECT_EQ(profiler.ms_per_step(Phase::Backward), 0.0);
+  EXPECT_NE(profiler.summary().find("forward"), std::string::npos);
+  profiler.reset();
+  EXPECT_EQ(profiler.steps(), 0);
+  EXPECT_EQ(profiler.ms_per_step(Phase::Forward), 0.0);
+}
+
+TEST(StepProfiler, GpuPhasesAreReadOneStepLate) {
+  if (Runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
+  Runtime runtime;
+  StepProfiler profiler(&runtime.cuda(0).backend());
+  EXPECT_TRUE(profiler.device_timed());
+  for (int step = 0; step < 3; ++step) {
+    profiler.begin(Phase::Data);
+    profiler.begin(Phase::Forward);
+    profiler.begin(Phase::Optimizer);
+    profiler.end();
+    profiler.step_done();
+  }
+  EXPECT_EQ(profiler.steps(), 3);
+  profiler.flush();
+  EXPECT_GE(profiler.ms_per_step(Phase::Forward), 0.0);
+  EXPECT_NE(profiler.summary().find("device time"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dp

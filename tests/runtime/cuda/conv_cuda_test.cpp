@@ -1,0 +1,155 @@
+// CUDA convolution (conv.cpp, cuDNN) against the CPU backend, on what a generic comparison can
+// miss: groups with stride, padding and dilation together, the algorithm cache being hit on a
+// repeated problem, benchmark (cudnnFind) and heuristic choices agreeing, float32 staying exact
+// (FMA, no TF32), 16-bit dtypes, and empty batches zeroing the gradients. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/core/runtime.h"
+#include "runtime/ops/creation.h"
+#ifdef DPTRAIN_HAVE_CUDA
+#include "runtime/backend/cuda/conv_algo_cache.h"
+#include "runtime/backend/cuda/cuda_backend.h"
+#endif
+
+namespace dp {
+namespace {
+
+#ifdef DPTRAIN_HAVE_CUDA
+
+// Output size as the op layer computes it.
+int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+}
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dParams p;
+  Shape y() const {
+    return {x[0], w[0], out_size(x[2], w[2], p.stride_h, p.pad_h, p.dilation_h),
+            out_size(x[3], w[3], p.stride_w, p.pad_w, p.dilation_w)};
+  }
+};
+
+// Grouped (2 groups), strided, padded and dilated, with odd sizes.
+ConvCase grouped_dilated() {
+  ConvCase c{{3, 6, 11, 9}, {4, 3, 3, 2}, {}};
+  c.p.stride_h = 2, c.p.stride_w = 1;
+  c.p.pad_h = 1, c.p.pad_w = 2;
+  c.p.dilation_h = 2, c.p.dilation_w = 1;
+  c.p.groups = 2;
+  return c;
+}
+
+class CudaConvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Runtime::cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
+    gpu_ = runtime_.cuda(0);
+    cpu_ = runtime_.cpu();
+  }
+
+  // Pseudo-random values in [-1, 1] on a 1/128 grid, float64 on the CPU.
+  Tensor values(const Shape& shape, uint32_t seed) {
+    std::vector<double> v(static_cast<size_t>(numel_of(shape)));
+    uint32_t state = seed * 2654435761u + 1;
+    for (double& e : v) {
+      state = state * 1664525u + 1013904223u;
+      e = static_cast<double>(static_cast<int>((state >> 9) % 257) - 128) / 128.0;
+    }
+    return from_vector(v, shape, cpu_);
+  }
+
+  static void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+    const std::vector<double> g = got.to(kFloat64).to_vector<double>(), w = want.to(kFloat64).to_vector<double>();
+    ASSERT_EQ(g.size(), w.size()) << what;
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(w[i]))) << what << " element " << i;
+  }
+
+  // Forward (with bias), backward input and backward weight (with bias gradient) of `c` on
+  // `gpu` against the CPU backend, inputs rounded to `dtype` and the reference in float32/64.
+  void check_against_cpu(Device gpu, const ConvCase& c, DType dtype, double tol) {
+    const DType ref = dtype == kFloat64 ? kFloat64 : kFloat32;
+    const Shape y_shape = c.y();
+    const Tensor x = values(c.x, 1).to(dtype).to(ref), w = values(c.w, 2).to(dtype).to(ref);
+    const Tensor b = values({c.w[0]}, 3).to(dtype).to(ref), dy = values(y_shape, 4).to(dtype).to(ref);
+    Tensor y = Tensor::empty(y_shape, ref, cpu_), dx = Tensor::empty(c.x, ref, cpu_);
+    Tensor dw = Tensor::empty(c.w, ref, cpu_), db = Tensor::empty({c.w[0]}, ref, cpu_);
+    Backend& cpu = cpu_.backend();
+    cpu.conv2d_forward(x, w, b, y, c.p);
+    cpu.conv2d_backward_input(dy, w, dx, c.p);
+    cpu.conv2d_backward_weight(dy, x, dw, db, c.p);
+
+    const Tensor gx = x.to(dtype).to(gpu), gw = w.to(dtype).to(gpu), gb = b.to(dtype).to(gpu);
+    const Tensor gdy = dy.to(dtype).to(gpu);
+    Tensor gy = full(y_shape, 123.0, dtype, gpu), gdx = full(c.x, 123.0, dtype, gpu);
+    Tensor gdw = full(c.w, 123.0, dtype, gpu), gdb = full({c.w[0]}, 123.0, dtype, gpu);
+    Backend& be = gpu.backend();
+    be.conv2d_forward(gx, gw, gb, gy, c.p);
+    be.conv2d_backward_input(gdy, gw, gdx, c.p);
+    be.conv2d_backward_weight(gdy, gx, gdw, gdb, c.p);
+    const std::string name = dtype_name(dtype);
+    expect_close(gy, y, tol, name + " y");
+    expect_close(gdx, dx, tol, name + " dx");
+    expect_close(gdw, dw, tol, name + " dw");
+    expect_close(gdb, db, tol, name + " dbias");
+  }
+
+  Runtime runtime_;
+  Device gpu_, cpu_;
+};
+
+TEST_F(CudaConvTest, GroupedStridedDilatedConvMatchesCpu) {
+  check_against_cpu(gpu_, grouped_dilated(), kFloat64, 1e-12);
+  // float32 uses FMA math (no TF32): errors stay at float32 rounding of ~50-term dot products.
+  check_against_cpu(gpu_, grouped_dilated(), kFloat32, 2e-5);
+  check_against_cpu(gpu_, grouped_dilated(), kFloat16, 2e-2);
+  check_against_cpu(gpu_, grouped_dilated(), kBFloat16, 5e-2);
+  ConvCase depthwise{{2, 8, 10, 10}, {8, 1, 3, 3}, {}};  // groups == channels
+  depthwise.p.pad_h = depthwise.p.pad_w = 1;
+  depthwise.p.groups = 8;
+  check_against_cpu(gpu_, depthwise, kFloat32, 2e-5);
+}
+
+TEST_F(CudaConvTest, AlgorithmCacheIsHitOnTheSecondCall) {
+  const ConvCase c{{2, 5, 13, 11}, {7, 5, 3, 3}, {}};  // a shape no other test uses
+  const Tensor x = values(c.x, 5).to(gpu_), w = values(c.w, 6).to(gpu_);
+  const Tensor xf = x.to(kFloat32), wf = w.to(kFloat32);
+  Tensor y = Tensor::empty(c.y(), kFloat32, gpu_);
+  const size_t before = static_cast<cuda::CudaBackend&>(gpu_.backend()).conv_algo_cache_size();
+  gpu_.backend().conv2d_forward(xf, wf, Tensor(), y, c.p);
+  const size_t after_first = static_cast<cuda::CudaBackend&>(gpu_.backend()).conv_algo_cache_size();
+  EXPECT_EQ(after_first, before + 1) << "the first call of a new problem searches once";
+  gpu_.backend().conv2d_forward(xf, wf, Tensor(), y, c.p);
+  EXPECT_EQ(static_cast<cuda::CudaBackend&>(gpu_.backend()).conv_algo_cache_size(), after_first) << "the second call must reuse the cached algorithm";
+}
+
+TEST_F(CudaConvTest, BenchmarkAndHeuristicChoicesAgree) {
+  for (bool benchmark : {true, false}) {
+    cuda::CudaOptions options;
+    options.cudnn_benchmark = benchmark;
+    cuda::CudaBackend backend(0, options);  // declared before the tensors: outlives them
+    check_against_cpu(backend.device(), grouped_dilated(), kFloat32, 2e-5);
+    ConvCase wide{{4, 16, 20, 20}, {32, 16, 3, 3}, {}};  // big enough for Winograd/FFT candidates
+    wide.p.pad_h = wide.p.pad_w = 1;
+    check_against_cpu(backend.device(), wide, kFloat32, 1e-4);
+  }
+}
+
+TEST_F(CudaConvTest, EmptyBatchZeroesWeightAndBiasGradients) {
+  const ConvCase c{{0, 4, 6, 6}, {3, 4, 3, 3}, {}};
+  const Tensor dy = Tensor::empty(c.y(), kFloat32, gpu_), x = Tensor::empty(c.x, kFloat32, gpu_);
+  Tensor dw = full(c.w, 7.0, kFloat32, gpu_), db = full({3}, 7.0, kFloat32, gpu_);
+  gpu_.backend().conv2d_backward_weight(dy, x, dw, db, c.p);
+  for (double v : dw.to(cpu_).to(kFloat64).to_vector<double>()) ASSERT_EQ(v, 0.0);
+  for (double v : db.to(cpu_).to(kFloat64).to_vector<double>()) ASSERT_EQ(v, 0.0);
+}
+
+#endif  // DPTRAIN_HAVE_CUDA
+
+}  // namespace
+}  // namespace dp

@@ -1,0 +1,117 @@
+// Op harness table: the fused optimiser kernels, called as optim/*.cpp call them, compared
+// forward-only on the updated buffers (sgd_update with nesterov/dampening/first_step,
+// adamw_update, lamb_direction, lars_update in both forms, squared_norms over several tensors).
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/op_harness.h"
+#include "runtime/ops/creation.h"
+
+namespace dp::testing::harness {
+
+namespace {
+
+using V = std::vector<Tensor>;
+
+InputSpec buffer(const char* name, int64_t n, double lo = -1.0, double hi = 1.0) {
+  return InputSpec(name, {n}).range(lo, hi).no_grad();
+}
+
+}  // namespace
+
+std::vector<OpCase> optimizer_cases() {
+  std::vector<OpCase> cases;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+
+  // ---- sgd_update: param, grad, momentum buffer ----
+  auto sgd_case = [&](const std::string& name, int64_t n, SgdParams p) {
+    cases.push_back({name, {Kernel::SgdUpdate}, {buffer("param", n), buffer("grad", n), buffer("momentum_buf", n)},
+                     [p, nan](const V& v) {
+                       // first_step: the buffer must be written, not read (NaN would show).
+                       if (p.first_step) Tensor(v[2]).fill_(nan);
+                       v[0].device().backend().sgd_update(v[0], v[1], v[2], p);
+                       return p.momentum != 0.0 ? V{v[0], v[2]} : V{v[0]};
+                     },
+                     false});
+  };
+  sgd_case("sgd_update_plain_257", 257, SgdParams{0.1, 0.0, 0.0, 0.0, false, false});
+  sgd_case("sgd_update_weight_decay_no_momentum_33", 33, SgdParams{0.05, 0.0, 0.0, 0.01, false, false});
+  sgd_case("sgd_update_momentum_dampening_wd_1031", 1031, SgdParams{0.1, 0.9, 0.1, 1e-2, false, false});
+  sgd_case("sgd_update_nesterov_257", 257, SgdParams{0.1, 0.9, 0.0, 5e-4, true, false});
+  sgd_case("sgd_update_first_step_7", 7, SgdParams{0.1, 0.9, 0.5, 1e-2, false, true});
+  sgd_case("sgd_update_first_step_nesterov_4099", 4099, SgdParams{0.2, 0.8, 0.0, 0.0, true, true});
+
+  // ---- adamw_update / lamb_direction: param, grad, exp_avg, exp_avg_sq ----
+  auto adam_inputs = [](int64_t n) {
+    return std::vector<InputSpec>{buffer("param", n), buffer("grad", n), buffer("exp_avg", n, -0.1, 0.1),
+                                  buffer("exp_avg_sq", n, 1e-4, 1e-2)};
+  };
+  auto adam_params = [](double lr, double wd, int64_t step, double divisor) {
+    AdamParams p;
+    p.lr = lr;
+    p.weight_decay = wd;
+    p.step = step;
+    p.grad_divisor = divisor;
+    return p;
+  };
+  auto adamw_case = [&](const std::string& name, int64_t n, AdamParams p) {
+    cases.push_back({name, {Kernel::AdamwUpdate}, adam_inputs(n),
+                     [p](const V& v) {
+                       v[0].device().backend().adamw_update(v[0], v[1], v[2], v[3], p);
+                       return V{v[0], v[2], v[3]};
+                     },
+                     false});
+  };
+  adamw_case("adamw_update_step1_257", 257, adam_params(1e-2, 0.0, 1, 1.0));
+  adamw_case("adamw_update_step10_wd_divisor_1031", 1031, adam_params(1e-3, 0.01, 10, 2.5));
+  adamw_case("adamw_update_odd_5", 5, adam_params(0.1, 0.1, 3, 1.0));
+  auto lamb_case = [&](const std::string& name, int64_t n, AdamParams p) {
+    cases.push_back({name, {Kernel::LambDirection}, adam_inputs(n),
+                     [p](const V& v) {
+                       Tensor update = Tensor::empty(v[0].shape(), v[0].dtype(), v[0].device());
+                       v[0].device().backend().lamb_direction(v[0], v[1], v[2], v[3], update, p);
+                       return V{update, v[2], v[3], v[0]};  // the param is read, not written
+                     },
+                     false});
+  };
+  lamb_case("lamb_direction_step1_257", 257, adam_params(1e-2, 0.01, 1, 1.0));
+  lamb_case("lamb_direction_step7_divisor_4099", 4099, adam_params(1e-3, 0.0, 7, 3.0));
+
+  // ---- lars_update: param, grad, momentum buffer; both forms ----
+  auto lars_case = [&](const std::string& name, int64_t n, LarsParams p) {
+    cases.push_back({name, {Kernel::LarsUpdate}, {buffer("param", n), buffer("grad", n), buffer("momentum_buf", n)},
+                     [p](const V& v) {
+                       v[0].device().backend().lars_update(v[0], v[1], v[2], p);
+                       return V{v[0], v[2]};
+                     },
+                     false});
+  };
+  lars_case("lars_update_lr_inside_257", 257, LarsParams{0.1, 0.9, 5e-4, 0.37, false});
+  lars_case("lars_update_lr_outside_1031", 1031, LarsParams{0.2, 0.9, 1e-4, 1.7, true});
+  lars_case("lars_update_no_momentum_33", 33, LarsParams{0.05, 0.0, 0.0, 0.5, false});
+
+  // ---- squared_norms: one call over several tensors (sizes 257, 1, 0, 231, 4099), float64 out ----
+  const std::vector<InputSpec> norm_inputs{buffer("a", 257), InputSpec("b", {1}).no_grad(), InputSpec("c", {0}).no_grad(),
+                                           InputSpec("d", {7, 33}).range(-3, 3).no_grad(), buffer("e", 4099)};
+  cases.push_back({"squared_norms_five_tensors", {Kernel::SquaredNorms}, norm_inputs,
+                   [](const V& v) {
+                     Tensor out = Tensor::empty({static_cast<int64_t>(v.size())}, kFloat64, v[0].device());
+                     v[0].device().backend().squared_norms(v, out);
+                     return V{out};
+                   },
+                   false});
+  // float32 and float64 tensors in one call (the float64 ones stay float64 in every run).
+  cases.push_back({"squared_norms_mixed_dtypes", {Kernel::SquaredNorms},
+                   {buffer("a", 33), buffer("b", 257).float64(), buffer("c", 1031), InputSpec("d", {2}).float64().no_grad()},
+                   [](const V& v) {
+                     Tensor out = Tensor::empty({static_cast<int64_t>(v.size())}, kFloat64, v[0].device());
+                     v[0].device().backend().squared_norms(v, out);
+                     return V{out};
+                   },
+                   false});
+  return cases;
+}
+
+}  // namespace dp::testing::harness
