@@ -1,11 +1,24 @@
-// dptrain side of the training-step benchmark (pairs with torch_reference.py): one step =
-// forward, cross-entropy, backward, SGD (momentum 0.9), zero_grad(set_to_none). Fixed random
-// inputs; warmup, then median/min over --iters. JSON lines on stdout.
+// dptrain side of the training-step benchmark (pairs with torch_reference.py on the CPU and
+// gpu/torch_gpu_step.py on a GPU): one step = forward, cross-entropy, backward, SGD (momentum
+// 0.9), zero_grad(set_to_none). Fixed random inputs; warmup, then median/min over --iters. JSON
+// lines on stdout.
 //   train_step_bench [--threads 2] [--iters 20] [--warmup 5] [--only PREFIX]
 //   train_step_bench --memory-steps 1000 [--only small_cnn_b128]   (peak RSS over a long run)
+//   train_step_bench --device cuda [--tf32] [--block 10]          (GPU: see below)
+//
+// On a GPU a step only queues kernels, so a sample is a block of --block steps queued back to
+// back between two synchronize() calls, timed with the host clock and divided by --block (the
+// one synchronisation per block costs microseconds against milliseconds of steps); the median
+// and min are over --iters such blocks, after --warmup untimed steps (cuDNN's algorithm search
+// and the memory pool's first allocations happen there). --tf32 lets float32 GEMMs and
+// convolutions use TF32 tensor cores (CudaOptions::allow_tf32), as PyTorch's allow_tf32 flags.
+// Cases marked gpu_only (too slow on a CPU to be useful) run only with --device cuda.
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -13,6 +26,9 @@
 #include "models/registry.h"
 #include "optim/sgd.h"
 #include "runtime/core/runtime.h"
+#ifdef DPTRAIN_HAVE_CUDA
+#include "runtime/backend/cuda/cuda_backend.h"
+#endif
 #include "runtime/ops/creation.h"
 #include "runtime/ops/loss.h"
 
@@ -22,13 +38,33 @@ struct Case {
   const char* name;
   const char* model;
   dp::Shape input;
+  bool gpu_only = false;
 };
 
 const Case kCases[] = {
     {"small_cnn_b128", "small_cnn", {128, 1, 28, 28}},
     {"mlp_b256", "mlp", {256, 1, 28, 28}},
     {"resnet18_b32", "resnet18", {32, 3, 32, 32}},
+    {"resnet18_b256", "resnet18", {256, 3, 32, 32}, /*gpu_only=*/true},
 };
+
+// GPU timing: --warmup steps, then --iters samples of `block` steps each between two
+// synchronize() calls; milliseconds per step.
+dp::bench::Timing time_blocks(const std::function<void()>& step, dp::Device device, int warmup, int iters,
+                              int block) {
+  for (int i = 0; i < warmup; ++i) step();
+  device.backend().synchronize();
+  std::vector<double> ms;
+  ms.reserve(iters);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < block; ++k) step();
+    device.backend().synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / block);
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), iters};
+}
 
 double rss_mib() {
   rusage u{};
@@ -41,37 +77,63 @@ double rss_mib() {
 int main(int argc, char** argv) {
   CLI::App app{"Training-step time of dptrain's models (JSON lines)", "train_step_bench"};
   dp::bench::CommonOptions opt;
-  int memory_steps = 0;
+  int memory_steps = 0, block = 10;
+  std::string device_spec = "cpu";
+  bool tf32 = false;
   dp::bench::add_common_options(app, opt);
   app.add_option("--memory-steps", memory_steps, "run this many steps and report peak RSS instead of timing");
+  app.add_option("--device", device_spec, "cpu, cuda or cuda:N");
+  app.add_option("--block", block, "GPU: steps per timed sample (queued back to back)")->check(CLI::PositiveNumber);
+  app.add_flag("--tf32", tf32, "GPU: float32 GEMM and convolution on TF32 tensor cores");
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
-  dp::Runtime runtime(dp::RuntimeOptions{threads});
-  dp::Device cpu = runtime.cpu();
+  dp::RuntimeOptions runtime_options{threads};
+  runtime_options.allow_tf32 = tf32;
+  runtime_options.cudnn_benchmark = true;
+  dp::Runtime runtime(runtime_options);
+  dp::Device device;
+  try {
+    device = runtime.device(device_spec);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 2;
+  }
+#ifdef DPTRAIN_HAVE_CUDA
+  // The runtime's option already reaches the backend; set it on the backend too, so that the
+  // number printed below is the one in force.
+  if (device.is_cuda()) static_cast<dp::cuda::CudaBackend&>(device.backend()).set_allow_tf32(tf32);
+#endif
   for (const Case& c : kCases) {
     if (!opt.selected(c.name)) continue;
+    if (c.gpu_only && !device.is_cuda()) continue;
     dp::Generator gen(0);
     dp::ModelSpec spec;
     spec.name = c.model;
     spec.num_classes = 10;
     spec.in_channels = c.input[1];
-    auto model = dp::build_model(spec, cpu, gen);
+    auto model = dp::build_model(spec, device, gen);
     model->train();
     dp::SgdOptions o;
     o.lr = 0.01;
     o.momentum = 0.9;
     dp::SGD sgd(model->parameters(), o);
-    dp::Tensor x = dp::randn(c.input, gen, dp::kFloat32, cpu);
+    dp::Tensor x = dp::randn(c.input, gen, dp::kFloat32, device);
     std::vector<int64_t> labels(c.input[0]);
     for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
-    dp::Tensor y = dp::from_vector<int64_t>(labels, {c.input[0]}, cpu);
+    dp::Tensor y = dp::from_vector<int64_t>(labels, {c.input[0]}, device);
     auto step = [&] {
       dp::Tensor loss = dp::cross_entropy(model->forward(x), y);
       loss.backward();
       sgd.step();
       sgd.zero_grad(true);
     };
-    if (memory_steps > 0) {
+    if (device.is_cuda() && memory_steps == 0) {
+      dp::bench::Timing t = time_blocks(step, device, warmup, iters, block);
+      std::printf("{\"name\": \"%s\", \"device\": \"%s\", \"tf32\": %s, \"median_ms\": %.4f, "
+                  "\"min_ms\": %.4f, \"iters\": %d, \"block\": %d, \"warmup\": %d}\n",
+                  c.name, device.str().c_str(), tf32 ? "true" : "false", t.median_ms, t.min_ms, t.iters, block,
+                  warmup);
+    } else if (memory_steps > 0) {
       for (int i = 0; i < 100; ++i) step();
       const double after_100 = rss_mib();
       for (int i = 100; i < memory_steps; ++i) step();

@@ -25,42 +25,79 @@ double LARS::trust_ratio(double w_norm, double g_norm, double weight_decay, doub
 
 void LARS::step() {
   NoGradGuard no_grad;
-  // Every adapted parameter's ‖w‖ and ‖g‖ in one pass (one host sync per step).
+  // Every adapted parameter's ‖w‖² and ‖g‖² in one squared_norms call, the trust ratios from them
+  // in one lars_trust_ratios call per group, and the updates reading their ratio: all on the
+  // parameters' device, so a GPU step never waits for the host here.
   struct Item {
     size_t g, i;
     Tensor param, grad;
+    int64_t ratio_index;  // into the step's ratios; -1: not adapted (trust 1)
   };
   std::vector<Item> items;
   std::vector<Tensor> to_norm;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
-    items.push_back({g, i, param, grad});
+    int64_t index = -1;
     if (groups_[g].adapt) {
+      index = static_cast<int64_t>(to_norm.size() / 2);
       to_norm.push_back(param);
       to_norm.push_back(grad);
     }
+    items.push_back({g, i, param, grad, index});
   });
-  const std::vector<double> sq = squared_norms(to_norm);
-  last_trust_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
-  size_t k = 0;
+  Tensor ratios;
+  if (!to_norm.empty()) {
+    const Device device = to_norm.front().device();
+    for (size_t k = 0; k < to_norm.size(); ++k)
+      DP_CHECK(to_norm[k].device() == device, "LARS: parameters on ", device.str(), " and ",
+               to_norm[k].device().str(), " (one device per optimiser)");
+    const int64_t n = static_cast<int64_t>(to_norm.size() / 2);
+    Tensor sq = Tensor::empty({2 * n}, kFloat64, device);
+    device.backend().squared_norms(to_norm, sq);  // params and contiguous grads (for_each_param_with_grad)
+    ratios = Tensor::empty({n}, kFloat64, device);
+    // Adapted items of one group are consecutive: one call per run of the same group.
+    for (size_t a = 0; a < items.size();) {
+      if (items[a].ratio_index < 0) {
+        ++a;
+        continue;
+      }
+      size_t b = a + 1;
+      while (b < items.size() && items[b].g == items[a].g) ++b;
+      const int64_t first = items[a].ratio_index, count = items[b - 1].ratio_index - first + 1;
+      device.backend().lars_trust_ratios(sq.narrow(0, 2 * first, 2 * count), groups_[items[a].g].weight_decay,
+                                         options_.eta, options_.eps, ratios.narrow(0, first, count));
+      a = b;
+    }
+  }
+  last_ratios_ = ratios;
+  last_ratio_index_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
   for (const Item& it : items) {
     const ParamGroup& group = groups_[it.g];
-    double trust = 1.0;
-    if (group.adapt) {
-      trust = trust_ratio(std::sqrt(sq[k]), std::sqrt(sq[k + 1]), group.weight_decay, options_.eta, options_.eps);
-      k += 2;
-    }
-    last_trust_[it.g][it.i] = trust;
+    last_ratio_index_[it.g][it.i] = static_cast<double>(it.ratio_index);
     LarsParams p;
     p.lr = group.lr;
     p.momentum = options_.momentum;
     p.weight_decay = group.weight_decay;
-    p.trust = trust;
+    p.trust = 1.0;
+    if (it.ratio_index >= 0) {
+      p.trust_ratios = ratios;
+      p.trust_index = it.ratio_index;
+    }
     p.lr_outside_momentum = options_.lr_outside_momentum;
     const Tensor& buf = zeroed_buffer(it.g, it.i, "momentum_buffer");
     it.param.device().backend().lars_update(it.param, it.grad, buf, p);
     ++state(it.g, it.i).step;
     it.param.bump_version();
   }
+}
+
+std::vector<std::vector<double>> LARS::last_trust_ratios() const {
+  std::vector<std::vector<double>> out = last_ratio_index_;
+  const std::vector<double> ratios =
+      last_ratios_.defined() ? last_ratios_.to_vector<double>() : std::vector<double>{};  // reads the device
+  for (auto& group : out)
+    for (double& v : group)
+      if (!std::isnan(v)) v = v < 0 ? 1.0 : ratios[static_cast<size_t>(v)];
+  return out;
 }
 
 }  // namespace dp

@@ -7,7 +7,8 @@
 // buf starts at 0. The two forms agree while lr is constant; when lr changes (warmup, decay) the
 // first keeps the lr of earlier steps inside the momentum, the second rescales all of it at once.
 // Parameters excluded by make_param_groups (biases, norm weights) sit in a group with λ = 0 and
-// adapt = false: trust 1 and no decay. All norms of a step come from one squared_norms call.
+// adapt = false: trust 1 and no decay. All norms of a step come from one squared_norms call, the
+// ratios from lars_trust_ratios, and stay on the parameters' device (no host sync in a step).
 #pragma once
 
 #include "optim/optimizer.h"
@@ -33,8 +34,9 @@ class LARS : public Optimizer {
   std::string name() const override { return "lars"; }
   const LarsOptions& options() const { return options_; }
   // The trust ratio each parameter took in the last step (1 for excluded ones); [group][param],
-  // NaN for parameters that had no gradient.
-  const std::vector<std::vector<double>>& last_trust_ratios() const { return last_trust_; }
+  // NaN for parameters that had no gradient. Reads them from the device (a sync): for reports,
+  // not for every step.
+  std::vector<std::vector<double>> last_trust_ratios() const;
 
   // η‖w‖ / (‖g‖ + λ‖w‖ + ε), or 1 when either norm is 0.
   static double trust_ratio(double w_norm, double g_norm, double weight_decay, double eta, double eps);
@@ -44,7 +46,9 @@ class LARS : public Optimizer {
 
  private:
   LarsOptions options_;
-  std::vector<std::vector<double>> last_trust_;
+  Tensor last_ratios_;  // float64 [adapted parameters] on their device
+  // [group][param]: index into last_ratios_, -1 when not adapted, NaN when it had no gradient.
+  std::vector<std::vector<double>> last_ratio_index_;
 };
 
 }  // namespace dp

@@ -39,6 +39,7 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::AdamwUpdate: return "adamw_update";
     case Kernel::LambDirection: return "lamb_direction";
     case Kernel::LarsUpdate: return "lars_update";
+    case Kernel::LarsTrustRatios: return "lars_trust_ratios";
     case Kernel::SquaredNorms: return "squared_norms";
     case Kernel::kCount: break;
   }

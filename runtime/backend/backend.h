@@ -49,7 +49,7 @@ enum class Kernel : uint8_t {
   BatchNormForward, BatchNormBackward, LayerNormForward, LayerNormBackward,
   SoftmaxForward, SoftmaxBackward, CrossEntropyForward, CrossEntropyBackward,
   EmbeddingForward, EmbeddingBackward,
-  SgdUpdate, AdamwUpdate, LambDirection, LarsUpdate, SquaredNorms,
+  SgdUpdate, AdamwUpdate, LambDirection, LarsUpdate, LarsTrustRatios, SquaredNorms,
   kCount
 };
 
@@ -88,6 +88,10 @@ struct LarsParams {
   double lr = 0, momentum = 0, weight_decay = 0;
   double trust = 1;                  // the trust ratio, computed by the caller from the norms
   bool lr_outside_momentum = false;  // the two forms: see lars_update
+  // When defined, the trust ratio is trust_ratios[trust_index] instead of `trust`: float64 on
+  // the parameter's device, written there by lars_trust_ratios, so no norm reaches the host.
+  Tensor trust_ratios;
+  int64_t trust_index = 0;
 };
 
 // A point in a device's queue of work, for timing kernels on the device's own clock (a CUDA
@@ -257,6 +261,12 @@ class Backend {
   // momentum_buf starts zeroed (allocated by the caller).
   virtual void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                            const LarsParams& p) { unsupported("lars_update"); }
+  // LARS trust ratios where the norms are: out[i] = eta·‖w_i‖ / (‖g_i‖ + wd·‖w_i‖ + eps), and 1
+  // when either norm is 0 (LARS::trust_ratio), from squared_norms = (‖w_0‖², ‖g_0‖², ‖w_1‖², …)
+  // float64 [2n] as squared_norms() writes them; out float64 [n]; both contiguous (views allowed).
+  // One weight decay for all: call once per parameter group.
+  virtual void lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,
+                                 const Tensor& out) { unsupported("lars_trust_ratios"); }
   // out[i] = Σ xs[i]² accumulated in float64; xs contiguous float32/float64 on this device (any
   // mix), out float64 [xs.size()] contiguous. One call covers every tensor (global-norm
   // clipping, LARS/LAMB per-tensor norms).

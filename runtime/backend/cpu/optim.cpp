@@ -135,8 +135,9 @@ void CpuBackend::lars_update(const Tensor& param, const Tensor& grad, const Tens
     T* w = param.data<T>();
     const T* g = grad.data<T>();
     T* buf = momentum_buf.data<T>();
-    const T wd = T(p.weight_decay), mom = T(p.momentum), lr = T(p.lr), trust = T(p.trust);
-    const T scaled_lr = T(p.lr * p.trust);
+    const double trust_ratio = p.trust_ratios.defined() ? p.trust_ratios.data<double>()[p.trust_index] : p.trust;
+    const T wd = T(p.weight_decay), mom = T(p.momentum), lr = T(p.lr), trust = T(trust_ratio);
+    const T scaled_lr = T(p.lr * trust_ratio);
     const int64_t n = param.numel();
     if (p.lr_outside_momentum) {
 #pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
@@ -154,6 +155,20 @@ void CpuBackend::lars_update(const Tensor& param, const Tensor& grad, const Tens
       }
     }
   });
+}
+
+void CpuBackend::lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,
+                                   const Tensor& out) {
+  DP_CHECK(squared_norms.dtype() == kFloat64 && out.dtype() == kFloat64 && squared_norms.is_contiguous() &&
+               out.is_contiguous() && squared_norms.numel() == 2 * out.numel(),
+           "lars_trust_ratios: expected contiguous float64 norms [2n] and ratios [n], got ", squared_norms.str(),
+           " and ", out.str());
+  const double* sq = squared_norms.data<double>();
+  double* ratio = out.data<double>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const double w_norm = std::sqrt(sq[2 * i]), g_norm = std::sqrt(sq[2 * i + 1]);
+    ratio[i] = w_norm == 0 || g_norm == 0 ? 1.0 : eta * w_norm / (g_norm + weight_decay * w_norm + eps);
+  }
 }
 
 void CpuBackend::squared_norms(const std::vector<Tensor>& xs, const Tensor& out) {

@@ -102,7 +102,7 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
     // Optimiser state and norms stay in float32/float64 (master weights; mixed precision keeps
     // parameters in float32).
     case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:
-    case Kernel::SquaredNorms:
+    case Kernel::LarsTrustRatios: case Kernel::SquaredNorms:
       return dtype == kFloat32 || dtype == kFloat64;
     default: return floating;  // every other kernel: float32, float64, float16, bfloat16
   }

@@ -219,6 +219,8 @@ class CudaBackend final : public Backend {
                       const Tensor& update, const AdamParams& p) override;
   void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                    const LarsParams& p) override;
+  void lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,
+                         const Tensor& out) override;
   void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) override;
 
   // ---- For the kernel front-ends ----

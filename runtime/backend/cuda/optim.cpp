@@ -117,6 +117,14 @@ void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Ten
   s.momentum = p.momentum;
   s.weight_decay = p.weight_decay;
   s.trust = p.trust;
+  if (p.trust_ratios.defined()) {  // the ratio lars_trust_ratios left on the device
+    check_operand("lars_update", p.trust_ratios);
+    DP_CHECK(p.trust_ratios.dtype() == kFloat64 && p.trust_ratios.is_contiguous() && p.trust_index >= 0 &&
+                 p.trust_index < p.trust_ratios.numel(),
+             "lars_update: trust_ratios must be contiguous float64 holding index ", p.trust_index, ", got ",
+             p.trust_ratios.str());
+    s.device_trust = p.trust_ratios.data<double>() + p.trust_index;
+  }
   s.lr_outside_momentum = p.lr_outside_momentum;
   DP_CUDA_CHECK(device_,
                 launch_lars_update(param.raw_data(), grad.raw_data(), momentum_buf.raw_data(), param.dtype(),
@@ -150,6 +158,23 @@ void CudaBackend::squared_norms(const std::vector<Tensor>& xs, const Tensor& out
   DP_CUDA_CHECK(device_,
                 launch_squared_norms(inputs.data(), count, out.data<double>(), scratch.ptr, scratch.nbytes, stream_),
                 "squared_norms over ", xs.size(), " tensors");
+}
+
+void CudaBackend::lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,
+                                    const Tensor& out) {
+  check_operand("lars_trust_ratios", squared_norms);
+  check_operand("lars_trust_ratios", out);
+  check_supported(Kernel::LarsTrustRatios, squared_norms.dtype());
+  DP_CHECK(squared_norms.dtype() == kFloat64 && out.dtype() == kFloat64 && squared_norms.is_contiguous() &&
+               out.is_contiguous() && squared_norms.numel() == 2 * out.numel(),
+           "lars_trust_ratios: expected contiguous float64 norms [2n] and ratios [n], got ", squared_norms.str(),
+           " and ", out.str());
+  if (out.numel() == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_trust_ratios(squared_norms.data<double>(), nullptr, weight_decay, out.numel(), eta, eps,
+                                    out.data<double>(), stream_),
+                "lars_trust_ratios over ", out.numel(), " parameters");
 }
 
 }  // namespace dp::cuda

@@ -44,9 +44,11 @@ Geo<Index> narrow(const PoolGeometry& g) {
 }
 
 // Whether every intermediate of the kernels below fits in int32: flat offsets into x and y,
-// window bounds (at most H + 2·pad + kernel + stride), and the adaptive products o·in.
+// window bounds (at most H + 2·pad + kernel + stride), and the adaptive products o·in. The
+// limit keeps 64 of headroom: the max-pool backward's warp loops step an int32 index by 32 past
+// the plane's last element (e += 32, base + lane), which must not overflow.
 bool fits_int32(const PoolGeometry& g) {
-  constexpr int64_t kLimit = INT32_MAX;
+  constexpr int64_t kLimit = int64_t(INT32_MAX) - 64;
   const auto ok = [&](int64_t v) { return v >= 0 && v <= kLimit; };
   // Each factor alone first, so the products below cannot overflow int64.
   for (int64_t v : {g.planes, g.H, g.W, g.OH, g.OW, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w})

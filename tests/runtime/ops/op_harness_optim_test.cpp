@@ -1,6 +1,7 @@
 // Op harness table: the fused optimiser kernels, called as optim/*.cpp call them, compared
 // forward-only on the updated buffers (sgd_update with nesterov/dampening/first_step,
-// adamw_update, lamb_direction, lars_update in both forms, squared_norms over several tensors).
+// adamw_update, lamb_direction, lars_update in both forms and with device trust ratios from
+// lars_trust_ratios, squared_norms over several tensors).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -88,9 +89,29 @@ std::vector<OpCase> optimizer_cases() {
                      },
                      false});
   };
-  lars_case("lars_update_lr_inside_257", 257, LarsParams{0.1, 0.9, 5e-4, 0.37, false});
-  lars_case("lars_update_lr_outside_1031", 1031, LarsParams{0.2, 0.9, 1e-4, 1.7, true});
-  lars_case("lars_update_no_momentum_33", 33, LarsParams{0.05, 0.0, 0.0, 0.5, false});
+  lars_case("lars_update_lr_inside_257", 257, LarsParams{0.1, 0.9, 5e-4, 0.37, false, {}, 0});
+  lars_case("lars_update_lr_outside_1031", 1031, LarsParams{0.2, 0.9, 1e-4, 1.7, true, {}, 0});
+  lars_case("lars_update_no_momentum_33", 33, LarsParams{0.05, 0.0, 0.0, 0.5, false, {}, 0});
+
+  // ---- lars_trust_ratios + lars_update reading its ratio on the device (LARS::step's path):
+  // parameters a and b with their gradients; b's gradient zeroed gives the ratio 1 ----
+  cases.push_back({"lars_device_trust_ratios_257_33", {Kernel::SquaredNorms, Kernel::LarsTrustRatios, Kernel::LarsUpdate},
+                   {buffer("a", 257), buffer("grad_a", 257), buffer("buf_a", 257), buffer("b", 33), buffer("grad_b", 33),
+                    buffer("buf_b", 33)},
+                   [](const V& v) {
+                     Backend& be = v[0].device().backend();
+                     Tensor(v[4]).fill_(0.0);
+                     Tensor sq = Tensor::empty({4}, kFloat64, v[0].device());
+                     be.squared_norms({v[0], v[1], v[3], v[4]}, sq);
+                     Tensor ratios = Tensor::empty({2}, kFloat64, v[0].device());
+                     be.lars_trust_ratios(sq, 5e-4, 0.02, 1e-9, ratios);
+                     for (int k = 0; k < 2; ++k) {
+                       LarsParams p{0.1, 0.9, 5e-4, 1.0, k == 1, ratios, k};
+                       be.lars_update(v[3 * k], v[3 * k + 1], v[3 * k + 2], p);
+                     }
+                     return V{ratios, v[0], v[2], v[3], v[5]};
+                   },
+                   false});
 
   // ---- squared_norms: one call over several tensors (sizes 257, 1, 0, 231, 4099), float64 out ----
   const std::vector<InputSpec> norm_inputs{buffer("a", 257), InputSpec("b", {1}).no_grad(), InputSpec("c", {0}).no_grad(),
