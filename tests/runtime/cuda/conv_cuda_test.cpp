@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -43,15 +44,8 @@ ConvCase grouped_dilated() {
   return c;
 }
 
-class CudaConvTest : public ::testing::Test {
+class CudaConvTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   // Pseudo-random values in [-1, 1] on a 1/128 grid, float64 on the CPU.
   Tensor values(const Shape& shape, uint32_t seed) {
     std::vector<double> v(static_cast<size_t>(numel_of(shape)));
@@ -98,9 +92,6 @@ class CudaConvTest : public ::testing::Test {
     expect_close(gdw, dw, tol, name + " dw");
     expect_close(gdb, db, tol, name + " dbias");
   }
-
-  Runtime runtime_;
-  Device gpu_, cpu_;
 };
 
 TEST_F(CudaConvTest, GroupedStridedDilatedConvMatchesCpu) {

@@ -10,6 +10,7 @@
 
 #include "common/expect_error.h"
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -46,15 +47,8 @@ TEST(CudaRuntime, ReportsMissingGpuClearly) {
 
 const DType kAllDtypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool};
 
-class CudaBackendTest : public ::testing::Test {
+class CudaBackendTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   cuda::CudaBackend& gpu_backend() { return static_cast<cuda::CudaBackend&>(gpu_.backend()); }
   Backend& cpu_backend() { return cpu_.backend(); }
 
@@ -74,9 +68,6 @@ class CudaBackendTest : public ::testing::Test {
       values[i] = i % 5 == 0 ? 0.0 : static_cast<double>(i * 37 % 401) * 0.25;
     return from_vector(values, shape, cpu_).to(dtype);
   }
-
-  Runtime runtime_;
-  Device gpu_, cpu_;
 };
 
 TEST_F(CudaBackendTest, RoundTripCopiesKeepEveryDtypeBitExact) {

@@ -13,6 +13,7 @@
 
 #include "common/expect_error.h"
 #include "runtime/backend/backend.h"
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/embedding.h"
@@ -32,15 +33,8 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 const DType kFloatingDtypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
-class EmbeddingCudaTest : public ::testing::Test {
+class EmbeddingCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   Backend& gpu_backend() { return gpu_.backend(); }
   Backend& cpu_backend() { return cpu_.backend(); }
 
@@ -65,9 +59,6 @@ class EmbeddingCudaTest : public ::testing::Test {
     if (host.defined()) t.copy_(host);
     return t;
   }
-
-  Runtime runtime_;
-  Device gpu_, cpu_;
 };
 
 TEST_F(EmbeddingCudaTest, ForwardCopiesRowsBitExactlyForEveryWidthAndAlignment) {

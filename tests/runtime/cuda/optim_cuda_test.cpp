@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -51,15 +52,8 @@ struct Buffer {
   Tensor cpu_base, gpu_base, cpu, gpu;
 };
 
-class OptimCudaTest : public ::testing::Test {
+class OptimCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   cuda::CudaBackend& gpu_backend() { return static_cast<cuda::CudaBackend&>(gpu_.backend()); }
   Backend& cpu_backend() { return cpu_.backend(); }
 
@@ -102,9 +96,6 @@ class OptimCudaTest : public ::testing::Test {
   static std::string label(const char* op, DType dtype, int64_t n, int64_t offset) {
     return std::string(op) + " " + dtype_name(dtype) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
   }
-
-  Runtime runtime_;
-  Device gpu_, cpu_;
 };
 
 // ---- SGD ----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -20,15 +21,8 @@ namespace {
 
 #ifdef DPTRAIN_HAVE_CUDA
 
-class CudaPoolTest : public ::testing::Test {
+class CudaPoolTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   // Pseudo-random values in [-2, 2] on a 1/64 grid (exact in every dtype but bfloat16's widest),
   // with runs of equal values when `ties` (plateaus: many windows share their maximum).
   Tensor values(const Shape& shape, uint32_t seed, bool ties = false) {
@@ -95,9 +89,6 @@ class CudaPoolTest : public ::testing::Test {
     const Tensor a = dx_gpu.to(cpu_), b = dx_again.to(cpu_);
     EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << "max_pool2d_backward is not repeatable";
   }
-
-  Runtime runtime_;
-  Device gpu_, cpu_;
 };
 
 const DType kFloating[] = {kFloat32, kFloat64, kFloat16, kBFloat16};

@@ -11,6 +11,7 @@
 
 #include "common/expect_error.h"
 #include "runtime/backend/backend.h"
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/loss.h"
@@ -44,15 +45,8 @@ double tolerance(DType dtype) {
   }
 }
 
-class SoftmaxLossCudaTest : public ::testing::Test {
+class SoftmaxLossCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   Backend& gpu_backend() { return gpu_.backend(); }
   Backend& cpu_backend() { return cpu_.backend(); }
 
@@ -83,9 +77,6 @@ class SoftmaxLossCudaTest : public ::testing::Test {
     }
     return worst;
   }
-
-  Runtime runtime_;
-  Device gpu_, cpu_;
 };
 
 TEST_F(SoftmaxLossCudaTest, SoftmaxForwardAndBackwardMatchCpuOnEveryPath) {
