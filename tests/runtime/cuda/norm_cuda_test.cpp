@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -39,15 +40,8 @@ double tolerance(DType dtype) {
   }
 }
 
-class NormCudaTest : public ::testing::Test {
+class NormCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   Backend& gpu() { return gpu_.backend(); }
   Backend& cpu() { return cpu_.backend(); }
 
@@ -229,8 +223,6 @@ class NormCudaTest : public ::testing::Test {
     if (c.want_dbias) expect_close(db_g, db_c, tol, "dbias");
   }
 
-  Runtime runtime_;
-  Device gpu_, cpu_;
   Generator gen_{2024};
 };
 

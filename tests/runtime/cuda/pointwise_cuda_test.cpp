@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -50,15 +51,8 @@ struct Fill {
   bool away_from_zero = false;  // |value| in [0.25, hi), alternating sign
 };
 
-class PointwiseCudaTest : public ::testing::Test {
+class PointwiseCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   Backend& gpu() { return gpu_.backend(); }
   Backend& cpu() { return cpu_.backend(); }
 
@@ -96,8 +90,6 @@ class PointwiseCudaTest : public ::testing::Test {
     }
   }
 
-  Runtime runtime_;
-  Device gpu_, cpu_;
   std::mt19937_64 rng_{20240611};
 };
 

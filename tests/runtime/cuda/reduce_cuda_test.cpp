@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -47,15 +48,8 @@ double tolerance(DType dtype) {
   }
 }
 
-class ReduceCudaTest : public ::testing::Test {
+class ReduceCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (Runtime::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
-    gpu_ = runtime_.cuda(0);
-    cpu_ = runtime_.cpu();
-  }
-
   Backend& gpu() { return gpu_.backend(); }
   Backend& cpu() { return cpu_.backend(); }
 
@@ -102,8 +96,6 @@ class ReduceCudaTest : public ::testing::Test {
     }
   }
 
-  Runtime runtime_;
-  Device gpu_, cpu_;
   std::mt19937_64 rng_{977};
 };
 
