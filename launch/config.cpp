@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -49,15 +50,16 @@ T scalar_as(const YAML::Node& n, const Context& c, const char* expectation) {
 template <typename T>
 using Parser = std::function<T(const YAML::Node&, const Context&)>;
 
-Parser<int64_t> integer_at_least(int64_t min, const char* expectation) {
+// An integer in [low, high]: every count has an upper bound, so that no product of counts
+// (epochs x steps, batch x sample bytes) can overflow and a typo (an extra 0s) is caught at load.
+Parser<int64_t> integer_in(int64_t low, int64_t high) {
+  const std::string expectation = "an integer in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
   return [=](const YAML::Node& n, const Context& c) {
-    auto v = scalar_as<int64_t>(n, c, expectation);
-    if (v < min) fail(c, std::string("expected ") + expectation + ", got " + std::to_string(v));
+    auto v = scalar_as<int64_t>(n, c, expectation.c_str());
+    if (v < low || v > high) fail(c, "expected " + expectation + ", got " + n.Scalar());
     return v;
   };
 }
-Parser<int64_t> positive_int() { return integer_at_least(1, "a positive integer"); }
-Parser<int64_t> non_negative_int() { return integer_at_least(0, "a non-negative integer"); }
 
 Parser<uint64_t> unsigned_int() {
   return [](const YAML::Node& n, const Context& c) {
@@ -84,12 +86,44 @@ Parser<double> positive_number() { return number_in(0.0, true, kInf, "a positive
 Parser<double> non_negative_number() { return number_in(0.0, false, kInf, "a non-negative number"); }
 Parser<double> fraction() { return number_in(0.0, false, 1.0, "a number in [0, 1)"); }
 
+// The watchdog's timeout: 0 turns it off; otherwise whole milliseconds from 1 s to 7 days. Below a
+// second a healthy collective under load would be taken for a hang; above a week the millisecond
+// and clock arithmetic is no longer exact, and nobody means it.
+Parser<double> watchdog_timeout() {
+  return [](const YAML::Node& n, const Context& c) {
+    const char* expectation = "0 (off) or a number of seconds in [1, 604800]";
+    auto v = scalar_as<double>(n, c, expectation);
+    if (!(v == 0 || (v >= 1 && v <= limits::kMaxTimeoutSeconds))) {
+      std::ostringstream os;
+      os << "expected " << expectation << ", got " << v;
+      fail(c, os.str());
+    }
+    return v;
+  };
+}
+
 Parser<bool> boolean() {
   return [](const YAML::Node& n, const Context& c) { return scalar_as<bool>(n, c, "true or false"); };
 }
 
 Parser<std::string> text() {
   return [](const YAML::Node& n, const Context& c) { return scalar_as<std::string>(n, c, "a string"); };
+}
+
+// A file inside run.output_dir: a relative path without ".." (so that it cannot name, and a new
+// run cannot move aside, anything outside the run's folder), naming a file, not a folder.
+Parser<std::string> file_in_output_dir() {
+  return [](const YAML::Node& n, const Context& c) {
+    auto v = scalar_as<std::string>(n, c, "a file name");
+    const std::filesystem::path p(v);
+    if (v.empty() || p.is_absolute() || v.back() == '/')
+      fail(c, "expected a file name relative to run.output_dir (like metrics.jsonl), got '" + v + "'");
+    for (const auto& part : p)
+      if (part == ".." || part == ".")
+        fail(c, "expected a file name relative to run.output_dir without '.' or '..', got '" + v + "'");
+    if (v.find('\0') != std::string::npos) fail(c, "the file name contains a NUL character");
+    return v;
+  };
 }
 
 template <size_t N>
@@ -107,17 +141,24 @@ Parser<std::string> one_of(const std::array<std::string_view, N>& choices) {
 Parser<std::string> device_spec() {
   return [](const YAML::Node& n, const Context& c) {
     auto v = scalar_as<std::string>(n, c, "a device");
-    bool ok = v == "cpu" || v == "cuda" ||
-              (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.find_first_not_of("0123456789", 5) == std::string::npos);
-    if (!ok) fail(c, "expected cpu, cuda or cuda:N, got '" + v + "'");
+    // cuda:N with N a plain decimal in [0, kMaxDeviceIndex] (no sign, no leading zeros).
+    const std::string index = v.rfind("cuda:", 0) == 0 ? v.substr(5) : "";
+    const bool index_ok = !index.empty() && index.size() <= 4 &&
+                          index.find_first_not_of("0123456789") == std::string::npos &&
+                          (index == "0" || index[0] != '0') && std::stoi(index) <= limits::kMaxDeviceIndex;
+    if (!(v == "cpu" || v == "cuda" || index_ok))
+      fail(c, "expected cpu, cuda or cuda:N with N in [0, " + std::to_string(limits::kMaxDeviceIndex) + "], got '" +
+                  v + "'");
     return v;
   };
 }
 
 template <typename T>
-Parser<std::vector<T>> list_of(Parser<T> element, bool increasing) {
+Parser<std::vector<T>> list_of(Parser<T> element, bool increasing, size_t max_size = 1024) {
   return [=](const YAML::Node& n, const Context& c) {
     if (!n.IsSequence()) fail(c, "expected a list like [1, 2], got " + describe(n));
+    if (n.size() > max_size)
+      fail(c, "expected at most " + std::to_string(max_size) + " values, got " + std::to_string(n.size()));
     std::vector<T> out;
     for (size_t i = 0; i < n.size(); ++i) {
       Context ci{c.where, c.key + "[" + std::to_string(i) + "]"};
@@ -193,26 +234,29 @@ constexpr std::array<std::string_view, 5> kSchedules = {"constant", "step", "cos
 Section<RunConfig> run_section() {
   return {"run", &Config::run,
           {field("name", &RunConfig::name, text()), field("seed", &RunConfig::seed, unsigned_int()),
-           field("epochs", &RunConfig::epochs, positive_int()), field("threads", &RunConfig::threads, positive_int()),
+           field("epochs", &RunConfig::epochs, integer_in(1, limits::kMaxEpochs)),
+           field("threads", &RunConfig::threads, integer_in(1, limits::kMaxThreads)),
            field("device", &RunConfig::device, device_spec()), field("output_dir", &RunConfig::output_dir, text()),
-           field("log_every", &RunConfig::log_every, positive_int()),
-           field("metrics_file", &RunConfig::metrics_file, text()),
-           field("max_steps", &RunConfig::max_steps, non_negative_int()),
+           field("log_every", &RunConfig::log_every, integer_in(1, limits::kMaxSteps)),
+           field("metrics_file", &RunConfig::metrics_file, file_in_output_dir()),
+           field("max_steps", &RunConfig::max_steps, integer_in(0, limits::kMaxSteps)),
            field("eval_every_epoch", &RunConfig::eval_every_epoch, boolean()),
            field("deterministic", &RunConfig::deterministic, boolean()),
            field("allow_tf32", &RunConfig::allow_tf32, boolean()),
-           field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean())},
+           field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean()),
+           field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps))},
           nullptr};
 }
 
 Section<DataConfig> data_section() {
   return {"data", &Config::data,
           {field("dataset", &DataConfig::dataset, one_of(kDatasets)), field("root", &DataConfig::root, text()),
-           field("batch_size", &DataConfig::batch_size, positive_int()),
-           field("eval_batch_size", &DataConfig::eval_batch_size, positive_int()),
+           field("batch_size", &DataConfig::batch_size, integer_in(1, limits::kMaxBatch)),
+           field("eval_batch_size", &DataConfig::eval_batch_size, integer_in(1, limits::kMaxBatch)),
            field("shuffle", &DataConfig::shuffle, boolean()), field("drop_last", &DataConfig::drop_last, boolean()),
-           field("loader_threads", &DataConfig::loader_threads, non_negative_int()),
-           field("prefetch", &DataConfig::prefetch, positive_int()), field("mean", &DataConfig::mean, number_in(-kInf, false, kInf, "a number")),
+           field("loader_threads", &DataConfig::loader_threads, integer_in(0, limits::kMaxLoaderThreads)),
+           field("prefetch", &DataConfig::prefetch, integer_in(1, limits::kMaxPrefetch)),
+           field("mean", &DataConfig::mean, number_in(-kInf, false, kInf, "a finite number")),
            field("std", &DataConfig::std, positive_number())},
           nullptr};
 }
@@ -220,8 +264,8 @@ Section<DataConfig> data_section() {
 Section<ModelConfig> model_section() {
   return {"model", &Config::model,
           {field("name", &ModelConfig::name, one_of(kKnownModels)),
-           field("num_classes", &ModelConfig::num_classes, positive_int()),
-           field("mlp_hidden", &ModelConfig::mlp_hidden, list_of(positive_int(), false)),
+           field("num_classes", &ModelConfig::num_classes, integer_in(1, limits::kMaxClasses)),
+           field("mlp_hidden", &ModelConfig::mlp_hidden, list_of(integer_in(1, limits::kMaxWidth), false, limits::kMaxLayers)),
            field("dropout", &ModelConfig::dropout, fraction())},
           nullptr};
 }
@@ -242,10 +286,10 @@ Section<OptimizerConfig> optimizer_section() {
            field("clip_grad_norm", &OptimizerConfig::clip_grad_norm, non_negative_number()),
            field("exclude_1d", &OptimizerConfig::exclude_1d, optional_of(boolean())),
            field("exclude_names", &OptimizerConfig::exclude_names, list_of(text(), false)),
-           field("max_preconditioner_dim", &OptimizerConfig::max_preconditioner_dim, positive_int()),
-           field("precondition_frequency", &OptimizerConfig::precondition_frequency, positive_int()),
+           field("max_preconditioner_dim", &OptimizerConfig::max_preconditioner_dim, integer_in(1, limits::kMaxPreconditionerDim)),
+           field("precondition_frequency", &OptimizerConfig::precondition_frequency, integer_in(1, limits::kMaxSteps)),
            field("start_preconditioning_step", &OptimizerConfig::start_preconditioning_step,
-                 integer_at_least(-1, "a positive integer, or -1 for precondition_frequency")),
+                 integer_in(-1, limits::kMaxSteps)),
            field("grafting", &OptimizerConfig::grafting, one_of(kShampooGraftings)),
            field("grafting_eps", &OptimizerConfig::grafting_eps, positive_number()),
            field("grafting_beta2", &OptimizerConfig::grafting_beta2, number_in(0.0, true, 1.0, "a number in (0, 1)"))},
@@ -276,8 +320,8 @@ Section<OptimizerConfig> optimizer_section() {
 Section<ScheduleConfig> schedule_section() {
   return {"schedule", &Config::schedule,
           {field("name", &ScheduleConfig::name, one_of(kSchedules)),
-           field("warmup_epochs", &ScheduleConfig::warmup_epochs, non_negative_number()),
-           field("step_epochs", &ScheduleConfig::step_epochs, list_of(positive_number(), true)),
+           field("warmup_epochs", &ScheduleConfig::warmup_epochs, number_in(0.0, false, limits::kMaxEpochs, "a number in [0, 100000]", true)),
+           field("step_epochs", &ScheduleConfig::step_epochs, list_of(number_in(0.0, true, limits::kMaxEpochs, "a number in (0, 100000]", true), true, limits::kMaxLayers)),
            field("gamma", &ScheduleConfig::gamma, positive_number()),
            field("min_lr", &ScheduleConfig::min_lr, non_negative_number()),
            field("power", &ScheduleConfig::power, positive_number()),
@@ -298,11 +342,11 @@ constexpr std::array<std::string_view, 2> kBufferSyncs = {"broadcast", "average"
 Section<DistributedConfig> distributed_section() {
   return {"distributed", &Config::distributed,
           {field("backend", &DistributedConfig::backend, one_of(kCommBackends)),
-           field("first_bucket_mb", &DistributedConfig::first_bucket_mb, positive_number()),
-           field("bucket_mb", &DistributedConfig::bucket_mb, positive_number()),
+           field("first_bucket_mb", &DistributedConfig::first_bucket_mb, number_in(0.0, true, limits::kMaxBucketMb, "a number in (0, 65536]", true)),
+           field("bucket_mb", &DistributedConfig::bucket_mb, number_in(0.0, true, limits::kMaxBucketMb, "a number in (0, 65536]", true)),
            field("find_unused_parameters", &DistributedConfig::find_unused_parameters, boolean()),
            field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs)),
-           field("timeout_s", &DistributedConfig::timeout_s, non_negative_number()),
+           field("timeout_s", &DistributedConfig::timeout_s, watchdog_timeout()),
            field("check_agreement", &DistributedConfig::check_agreement, boolean())},
           nullptr};
 }
@@ -340,30 +384,66 @@ std::string where_of(const std::string& source, const YAML::Node& n) {
   return source + ":" + std::to_string(n.Mark().line + 1);
 }
 
-Config parse_root(const YAML::Node& root, const std::string& source, const Origins& origins) {
-  if (!root.IsNull() && !root.IsMap())
-    throw Error(source + ": expected a mapping of sections (" + section_list() + "), got " + describe(root));
-  Config config;
-  // Unknown sections.
-  if (root.IsMap()) {
-    for (const auto& kv : root) {
-      const std::string name = kv.first.as<std::string>();
-      bool known = false;
-      for_each_section([&](const auto& s) { known = known || name == s.name; });
-      if (!known)
-        throw Error(where_of(source, kv.first) + ": unknown section '" + name + "' (known sections: " + section_list() + ")");
+// The name of a mapping's key. Keys are plain names: a list or mapping used as a key (YAML's
+// `? [a, b] : 1`) is an error here, not a library exception later.
+std::string key_name(const YAML::Node& key, const std::string& source, const std::string& in) {
+  if (!key.IsScalar())
+    throw Error(where_of(source, key) + ": " + in + ": expected a key name, got " + describe(key) + " as a key");
+  return key.Scalar();
+}
+
+// yaml-cpp keeps both entries of a duplicated key and `node[key]` finds only one of them, so a
+// recipe that sets a key twice would silently lose one value: refuse it, naming both lines.
+void check_no_duplicate_keys(const YAML::Node& map, const std::string& source, const std::string& in) {
+  std::map<std::string, YAML::Node> seen;
+  for (const auto& kv : map) {
+    const std::string name = key_name(kv.first, source, in);
+    auto [it, fresh] = seen.emplace(name, kv.first);
+    if (!fresh) {
+      const std::string path = in == "the configuration" ? name : in + "." + name;
+      throw Error(where_of(source, kv.first) + ": " + path + ": given twice (first at line " +
+                  std::to_string(it->second.Mark().line + 1) + "); keep one");
     }
   }
+}
+
+// The document's shape before any value is read: a mapping of sections (or empty), each a
+// mapping of keys (or empty), with plain, unique key names.
+void check_shape(const YAML::Node& root, const std::string& source) {
+  if (root.IsNull()) return;
+  if (!root.IsMap())
+    throw Error(where_of(source, root) + ": expected a mapping of sections (" + section_list() + "), got " +
+                describe(root));
+  check_no_duplicate_keys(root, source, "the configuration");
+  for (const auto& kv : root) {
+    const std::string name = kv.first.Scalar();
+    bool known = false;
+    for_each_section([&](const auto& s) { known = known || name == s.name; });
+    if (!known)
+      throw Error(where_of(source, kv.first) + ": unknown section '" + name + "' (known sections: " + section_list() +
+                  ")");
+    if (kv.second.IsNull()) continue;
+    if (!kv.second.IsMap()) {
+      std::string keys;
+      for_each_section([&](const auto& s) {
+        if (name == s.name) keys = key_list(s);
+      });
+      throw Error(where_of(source, kv.second) + ": " + name + ": expected a mapping of keys (" + keys + "), got " +
+                  describe(kv.second));
+    }
+    check_no_duplicate_keys(kv.second, source, name);
+  }
+}
+
+Config parse_root(const YAML::Node& root, const std::string& source, const Origins& origins) {
+  check_shape(root, source);
+  Config config;
   for_each_section([&](const auto& section) {
     auto& target = config.*(section.member);
     const YAML::Node node = root.IsMap() ? root[section.name] : YAML::Node();
-    const bool present = node && !node.IsNull();
-    if (present && !node.IsMap())
-      throw Error(where_of(source, node) + ": " + section.name + ": expected a mapping of keys (" + key_list(section) +
-                  "), got " + describe(node));
-    const YAML::Node keys = present ? node : YAML::Node(YAML::NodeType::Map);
+    const YAML::Node keys = node && node.IsMap() ? node : YAML::Node(YAML::NodeType::Map);
     for (const auto& kv : keys) {
-      const std::string key = kv.first.as<std::string>();
+      const std::string key = kv.first.Scalar();
       const std::string path = std::string(section.name) + "." + key;
       auto it = origins.find(path);
       const std::string where = it != origins.end() ? it->second : where_of(source, kv.second);
@@ -383,7 +463,8 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
   return config;
 }
 
-// Applies "section.key=value" overrides onto the document, remembering where each came from.
+// Applies "section.key=value" overrides onto the document (whose shape check_shape has passed),
+// remembering where each value came from.
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, Origins& origins) {
   for (const std::string& o : overrides) {
     const std::string origin = "--set " + o;
@@ -412,24 +493,40 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
     } catch (const YAML::Exception& e) {
       throw Error(origin + ": the value is not valid YAML: " + e.msg);
     }
-    if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
-    if (!root[section] || root[section].IsNull()) root[section] = YAML::Node(YAML::NodeType::Map);
-    root[section][key] = parsed;
+    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    YAML::Node section_node = root[section];
+    if (!section_node || section_node.IsNull()) {
+      root[section] = YAML::Node(YAML::NodeType::Map);
+      section_node = root[section];
+    }
+    section_node[key] = parsed;
     origins[path] = origin;
   }
 }
+
+// A recipe is a few KiB; a larger file is almost surely the wrong one (a dataset, a binary).
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
 Config load_from_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {
     throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                 ": malformed YAML: " + e.msg);
   }
+  // The file's shape is checked before the overrides change the document, so that a root that
+  // is a list, or `run: 5`, is reported against the file, not hidden by --set.
+  check_shape(root, source);
   Origins origins;
   apply_overrides(root, overrides, origins);
-  return parse_root(root, source, origins);
+  try {
+    return parse_root(root, source, origins);
+  } catch (const YAML::Exception& e) {
+    // Every expected problem is reported above with its key; this is the safety net that still
+    // names the file and line if yaml-cpp throws somewhere unforeseen.
+    throw Error(source + ":" + std::to_string(e.mark.line + 1) + ": cannot read the configuration: " + e.msg);
+  }
 }
 
 }  // namespace
@@ -440,11 +537,23 @@ Config config_from_yaml_string(const std::string& yaml, const std::string& sourc
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::directory)
+    throw Error("config file '" + path + "' is a directory; give the recipe's YAML file, e.g. " + path +
+                "/fashion_mnist.yaml");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open config file '" + path + "': " + std::strerror(errno));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return load_from_text(buffer.str(), path, overrides);
+  std::string text;
+  char chunk[1 << 14];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes)
+      throw Error("config file '" + path + "' is larger than " + std::to_string(kMaxConfigBytes >> 20) +
+                  " MiB; a recipe is a small YAML file (is this the right file?)");
+  }
+  if (in.bad()) throw Error("cannot read config file '" + path + "': " + std::strerror(errno));
+  return load_from_text(text, path, overrides);
 }
 
 std::string to_yaml(const Config& config) {

@@ -16,6 +16,26 @@
 
 namespace dp {
 
+// The valid range of every count in a recipe (docs/configuration.md). They are generous for real
+// runs and small enough that no product the trainer forms (epochs x steps, batch x sample bytes,
+// MiB x 2^20) can overflow, and a typo with extra zeros is refused at load.
+namespace limits {
+inline constexpr int64_t kMaxEpochs = 100'000;
+inline constexpr int64_t kMaxSteps = 1'000'000'000'000;    // max_steps, log_every, step counts
+inline constexpr int64_t kMaxThreads = 1024;
+inline constexpr int64_t kMaxBatch = 16'777'216;            // 2^24 samples (global batch)
+inline constexpr int64_t kMaxLoaderThreads = 256;
+inline constexpr int64_t kMaxPrefetch = 64;
+inline constexpr int64_t kMaxClasses = 1'000'000;
+inline constexpr int64_t kMaxWidth = 1'048'576;             // one hidden layer's width
+inline constexpr size_t kMaxLayers = 256;                   // list lengths (hidden layers, milestones)
+inline constexpr int64_t kMaxPreconditionerDim = 16'384;
+inline constexpr double kMaxBucketMb = 65'536;
+inline constexpr double kMaxTimeoutSeconds = 604'800;       // 7 days
+inline constexpr int kMaxDeviceIndex = 1023;
+inline constexpr int64_t kMaxSkippedSteps = 1'000'000;
+}  // namespace limits
+
 struct RunConfig {
   std::string name;
   uint64_t seed = 0;
@@ -37,6 +57,9 @@ struct RunConfig {
   // GPU: time every cuDNN convolution algorithm once per shape and keep the fastest
   // (torch.backends.cudnn.benchmark); off: cuDNN's heuristic choice.
   bool cudnn_benchmark = true;
+  // A run whose optimiser step is skipped (non-finite gradient norm) this many times in a row has
+  // diverged: it stops with an error instead of skipping forever.
+  int64_t max_skipped_steps = 10;
 };
 
 struct DataConfig {

@@ -10,7 +10,7 @@
 namespace dp {
 
 struct StepStatus {
-  int epoch = 0, epochs = 0;      // 1-based epoch
+  int64_t epoch = 0, epochs = 0;  // 1-based epoch
   int64_t step = 0, steps = 0;    // 1-based step within the epoch
   double loss = 0;                // mean over the steps since the last report
   double samples_per_second = 0;

@@ -18,6 +18,7 @@
 #include "launch/config.h"
 #include "launch/console.h"
 #include "launch/metrics_log.h"
+#include "launch/stop_signals.h"
 #include "launch/trainer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/runtime.h"
@@ -35,6 +36,16 @@ bool launched_as_many_ranks(const dp::LauncherEnv& launcher, const dp::EnvMap& e
   }
   if (launcher.launcher == "pmix") return true;  // PMIx gives no size in the environment
   return launcher.size.value_or(1) > 1 || launcher.launcher == "openmpi";
+}
+
+// Redraw the progress line in place only on a terminal that is really the user's: under mpirun
+// a rank's stdout can be a pseudo-terminal even when mpirun's own output goes to a file, where
+// the redraw codes would be garbage; TERM=dumb (Emacs shells, some CI) asks for plain lines.
+bool redraw_progress(const dp::LauncherEnv& launcher, const dp::EnvMap& env) {
+  if (!dp::Console::is_terminal(stdout)) return false;
+  if (launcher.launcher == "openmpi" || launcher.launcher == "pmix") return false;
+  const auto term = env.find("TERM");
+  return term == env.end() || term->second != "dumb";
 }
 
 }  // namespace
@@ -94,21 +105,29 @@ int main(int argc, char** argv) {
       dp::check_same_config_on_every_rank(config, *group, runtime.cpu());
     }
     // Only rank 0 prints and writes files.
-    dp::Console console(rank == 0 ? stdout : nullptr, rank == 0 && dp::Console::is_terminal(stdout));
+    dp::Console console(rank == 0 ? stdout : nullptr, rank == 0 && redraw_progress(launcher, env));
     console.line("dptrain 0.1.0 — resolved configuration (" + args.config_path + "):");
     console.line(dp::to_yaml(config));
     std::unique_ptr<dp::MetricsLog> metrics;
-    if (rank == 0) metrics = std::make_unique<dp::MetricsLog>(dp::prepare_metrics_path(config));
+    if (rank == 0) {
+      metrics = std::make_unique<dp::MetricsLog>(dp::metrics_path(config));
+      if (!metrics->kept_previous().empty())
+        console.line("an earlier run's " + metrics->path() + " is kept as " + metrics->kept_previous());
+    }
+    const dp::StopSignals stop_signals;  // NOTE [ Stopping on a signal ]
     dp::TrainReport report =
-        dp::train(config, runtime, console, metrics.get(), group.get(), device, gpu_group.get());
+        dp::train(config, runtime, console, metrics.get(), group.get(), device, gpu_group.get(), &stop_signals);
     char line[400];
-    std::snprintf(line, sizeof line, "done: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
+    std::snprintf(line, sizeof line, "%s: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
+                  report.stop_signal ? dp::StopSignals::name(report.stop_signal) : "done",
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
                   static_cast<unsigned long long>(report.model_digest), metrics ? metrics->path().c_str() : "-");
     console.line(line);
     group.reset();
     gpu_group.reset();
-    return 0;
+    // A run a signal stopped exits as a process that signal killed would (128 + N), so that
+    // scripts and Slurm see it was not a completed run.
+    return report.stop_signal ? 128 + report.stop_signal : 0;
   } catch (const std::exception& e) {
     const bool ours = dynamic_cast<const dp::Error*>(&e) != nullptr;
     if (world_size > 1) {

@@ -1,6 +1,12 @@
 #include "launch/metrics_log.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 
@@ -10,13 +16,65 @@
 
 namespace dp {
 
+namespace {
+
+// "20261124T093015Z" for a modification time.
+std::string utc_stamp(const struct timespec& t) {
+  std::tm utc{};
+  gmtime_r(&t.tv_sec, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
+// Moves `from` to `to` only if nothing is at `to`. false (errno EEXIST) when `to` is taken.
+bool move_without_replacing(const std::string& from, const std::string& to) {
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno != EINVAL && errno != ENOSYS) return false;
+  // A file system without RENAME_NOREPLACE: link() also fails with EEXIST instead of replacing.
+  if (link(from.c_str(), to.c_str()) != 0) return false;
+  DP_CHECK(unlink(from.c_str()) == 0, "cannot remove '", from, "' after keeping it as '", to,
+           "': ", std::strerror(errno));
+  return true;
+}
+
+}  // namespace
+
+std::string keep_existing_file(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    DP_CHECK(errno == ENOENT, "cannot inspect '", path, "': ", std::strerror(errno));
+    return "";
+  }
+  DP_CHECK(!S_ISDIR(st.st_mode), "'", path, "' is an existing directory, not a metrics file; choose another ",
+           "run.metrics_file or run.output_dir (nothing was moved)");
+  DP_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "'", path, "' exists and is not a regular file; choose ",
+           "another run.metrics_file or run.output_dir (nothing was moved)");
+  const std::string base = path + "." + utc_stamp(st.st_mtim);
+  for (int n = 1; n < 10000; ++n) {
+    const std::string kept = n == 1 ? base : base + "." + std::to_string(n);
+    if (move_without_replacing(path, kept)) return kept;
+    DP_CHECK(errno == EEXIST || errno == ENOTEMPTY, "cannot keep the earlier '", path, "' as '", kept,
+             "': ", std::strerror(errno));
+  }
+  throw Error("cannot keep the earlier '" + path + "': 9999 kept copies with its time stamp exist already");
+}
+
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   DP_CHECK(!ec, "cannot create directory '", p.parent_path().string(), "' for the metrics file: ", ec.message());
-  file_ = std::fopen(path.c_str(), "w");
-  DP_CHECK(file_ != nullptr, "cannot open metrics file '", path, "' for writing: ", std::strerror(errno));
+  kept_previous_ = keep_existing_file(path);
+  // O_EXCL: if something appeared at `path` since, fail rather than overwrite it.
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  DP_CHECK(fd >= 0, "cannot create metrics file '", path, "': ", std::strerror(errno));
+  file_ = fdopen(fd, "w");
+  if (!file_) {
+    const int err = errno;
+    close(fd);
+    throw Error("cannot open metrics file '" + path + "' for writing: " + std::strerror(err));
+  }
 }
 
 MetricsLog::~MetricsLog() {

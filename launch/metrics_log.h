@@ -11,7 +11,8 @@ namespace dp {
 
 class MetricsLog {
  public:
-  // Creates parent directories; truncates an existing file (a new run starts a new log).
+  // Creates the parent directories and a NEW file at `path`: a file already there is first kept
+  // under another name (keep_existing_file), so nothing an earlier run wrote is lost.
   explicit MetricsLog(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
@@ -19,10 +20,20 @@ class MetricsLog {
 
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
+  // Where an earlier run's file at path() was moved to; empty when there was none.
+  const std::string& kept_previous() const { return kept_previous_; }
 
  private:
   std::string path_;
+  std::string kept_previous_;
   std::FILE* file_ = nullptr;
 };
+
+// If `path` names an existing file (or symbolic link), moves it to
+// "<path>.<its modification time, UTC, YYYYmmddTHHMMSSZ>", or "...Z.2", ".3", ... when that name
+// is taken, and returns the new name; returns "" when nothing is at `path`. The move never
+// replaces anything (renameat2 RENAME_NOREPLACE, or link + unlink where the file system lacks
+// it). A directory or other non-file at `path` is an error, left untouched.
+std::string keep_existing_file(const std::string& path);
 
 }  // namespace dp

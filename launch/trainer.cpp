@@ -1,6 +1,8 @@
 #include "launch/trainer.h"
 
 #include <sys/resource.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "comm/ddp/reducer.h"
 #include "runtime/core/hash.h"
 #include "launch/step_profiler.h"
+#include "launch/stop_signals.h"
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/clip_grad.h"
@@ -82,19 +85,6 @@ std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_pe
   return make_lr_schedule(s.name, o);
 }
 
-// A new run never overwrites what an earlier one wrote: an existing file is kept under a
-// timestamped name.
-std::string fresh_path(const std::filesystem::path& p) {
-  if (std::filesystem::exists(p)) {
-    const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::filesystem::last_write_time(p).time_since_epoch())
-                           .count();
-    const std::filesystem::path kept(p.string() + "." + std::to_string(stamp));
-    std::filesystem::rename(p, kept);
-  }
-  return p.string();
-}
-
 // The training loader of a distributed run takes this rank's shard (disjoint across ranks each
 // epoch) in batches of batch_size / world_size.
 std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig& d, Device cpu, bool train,
@@ -131,6 +121,163 @@ std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> valu
   return t.to_vector<double>();
 }
 
+// a x b, or a dp::Error saying what overflowed.
+int64_t checked_product(int64_t a, int64_t b, const char* what) {
+  int64_t out = 0;
+  DP_CHECK(!__builtin_mul_overflow(a, b, &out), what, " (", a, " x ", b, ") overflows a 64-bit count");
+  return out;
+}
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// NOTE [ Preflight ]
+// Everything that would make a run train on nothing, never evaluate, wrap a count or allocate
+// more than the machine has is checked here, before any buffer is allocated or step taken: a
+// mistake costs seconds and names the keys to change, instead of a run that "succeeds" on zero
+// steps or an out-of-memory kill with no message.
+struct DataPlan {
+  int64_t shard_size = 0;       // training samples this rank visits per epoch
+  int64_t per_rank_batch = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;      // epochs x steps, capped by run.max_steps
+};
+
+DataPlan plan_data(const Config& config, const ImageClassificationDataset& train_set,
+                   const ImageClassificationDataset& test_set, int world_size) {
+  const DataConfig& d = config.data;
+  const int64_t n = train_set.size();
+  DP_CHECK(n > 0, "the training set (", train_set.description(), ") has no samples: there is nothing to train on");
+  DP_CHECK(test_set.size() > 0, "the test set (", test_set.description(), ") has no samples: the run could not be "
+           "evaluated");
+  DP_CHECK(config.model.num_classes >= train_set.num_classes(), "model.num_classes is ", config.model.num_classes,
+           " but ", config.data.dataset, " has ", train_set.num_classes(), " classes (labels 0..",
+           train_set.num_classes() - 1, "): set model.num_classes to at least ", train_set.num_classes());
+  DataPlan plan;
+  plan.per_rank_batch = d.batch_size / world_size;
+  // DistributedSampler's shard (PyTorch's semantics): padded up to a multiple of the world size,
+  // or cut down with drop_last.
+  plan.shard_size = world_size == 1 ? n : d.drop_last ? n / world_size : n / world_size + (n % world_size != 0);
+  plan.steps_per_epoch = d.drop_last ? plan.shard_size / plan.per_rank_batch
+                                     : plan.shard_size / plan.per_rank_batch + (plan.shard_size % plan.per_rank_batch != 0);
+  if (plan.steps_per_epoch == 0) {
+    std::ostringstream os;
+    os << "data.batch_size " << d.batch_size;
+    if (world_size > 1) os << " (" << plan.per_rank_batch << " per rank on " << world_size << " ranks)";
+    os << " is larger than the " << plan.shard_size << " training samples "
+       << (world_size > 1 ? "of each rank's shard " : "") << "and data.drop_last is true, so an epoch has no full "
+       << "batch and the run would train on nothing: lower data.batch_size to at most "
+       << plan.shard_size * world_size << " or set data.drop_last: false";
+    throw Error(os.str());
+  }
+  plan.total_steps = checked_product(config.run.epochs, plan.steps_per_epoch, "run.epochs x steps per epoch");
+  if (config.run.max_steps > 0) plan.total_steps = std::min(plan.total_steps, config.run.max_steps);
+
+  // The loaders' buffers: (prefetch + 1) batches each, of at most the samples the split has.
+  const double sample_bytes = static_cast<double>(numel_of(train_set.image_shape())) * sizeof(float) + sizeof(int64_t);
+  const int64_t slots = d.prefetch + 1;
+  const double train_bytes = static_cast<double>(std::min(plan.per_rank_batch, plan.shard_size)) * sample_bytes * slots;
+  const double test_bytes = static_cast<double>(std::min(d.eval_batch_size, test_set.size())) * sample_bytes * slots;
+  const double memory = physical_memory_bytes();
+  if (memory > 0 && train_bytes + test_bytes > memory / 2) {
+    char text[400];
+    std::snprintf(text, sizeof text,
+                  "the data loaders' batch buffers would take %.1f GiB (data.batch_size %lld, data.eval_batch_size "
+                  "%lld, data.prefetch %lld: (prefetch + 1) batches each), more than half of this machine's %.1f "
+                  "GiB of memory: lower data.prefetch or the batch sizes",
+                  (train_bytes + test_bytes) / 1073741824.0, static_cast<long long>(d.batch_size),
+                  static_cast<long long>(d.eval_batch_size), static_cast<long long>(d.prefetch),
+                  memory / 1073741824.0);
+    throw Error(text);
+  }
+  return plan;
+}
+
+const char* loss_text(double v) { return std::isnan(v) ? "nan" : v > 0 ? "+inf" : "-inf"; }
+
+// NOTE [ Divergence checks ]
+// A diverged run must stop with an error, not print `loss nan` until it "succeeds". The losses
+// stay on the device (no per-step sync): they are summed, and the sum is read every few steps
+// (with the progress report, at most kLossCheckEvery steps apart); only when it is not finite are
+// the window's losses read one by one to name the first bad step. A run of
+// run.max_skipped_steps consecutive skipped steps (non-finite gradient norm) is also divergence.
+constexpr int64_t kLossCheckEvery = 100;
+
+class LossWatch {
+ public:
+  LossWatch(Device device) : device_(device) { reset(); }
+
+  void add(const Tensor& loss, int64_t step) {
+    NoGradGuard no_grad;
+    if (losses_.empty()) first_step_ = step;
+    losses_.push_back(loss.detach());
+    sum_ = dp::add(sum_, loss.detach());
+  }
+  // Throws when a loss since the last check was not finite.
+  void check(int64_t steps_per_epoch) {
+    if (losses_.empty()) return;
+    if (!std::isfinite(sum_.item<double>())) {
+      for (size_t i = 0; i < losses_.size(); ++i) {
+        const double v = losses_[i].item<double>();
+        if (std::isfinite(v)) continue;
+        const int64_t step = first_step_ + static_cast<int64_t>(i);  // 1-based
+        throw Error("step " + std::to_string(step) + " (epoch " + std::to_string((step - 1) / steps_per_epoch + 1) +
+                    "): the training loss is " + loss_text(v) + ": the run has diverged. Lower optimizer.lr, add "
+                    "warmup (schedule.warmup_epochs) or gradient clipping (optimizer.clip_grad_norm)");
+      }
+    }
+    reset();
+  }
+
+ private:
+  void reset() {
+    losses_.clear();
+    sum_ = zeros({}, kFloat32, device_);
+  }
+
+  Device device_;
+  std::vector<Tensor> losses_;
+  Tensor sum_;
+  int64_t first_step_ = 0;
+};
+
+// NOTE [ Stopping on a signal ] (launch/stop_signals.h): the ranks' vote on stopping, read one
+// step after it was cast.
+class StopVote {
+ public:
+  StopVote(const StopSignals* signals, ProcessGroup* group, Device cpu) : signals_(signals), group_(group), cpu_(cpu) {}
+
+  // Called after every step on every rank; returns the signal to stop for, or 0.
+  int after_step() {
+    if (!signals_) return 0;
+    if (!group_ || group_->size() == 1) return signals_->received();
+    if (const int agreed = read()) return agreed;
+    const int mine = signals_->received();
+    ballot_ = from_vector<double>({mine == SIGTERM ? 1.0 : 0.0, mine == SIGINT ? 1.0 : 0.0}, {2}, cpu_);
+    pending_ = group_->all_reduce(ballot_, CollectiveReduce::Sum);
+    return 0;
+  }
+  // Completes the vote in flight (every rank has one after its last step).
+  void finish() { read(); }
+
+ private:
+  int read() {
+    if (!pending_) return 0;
+    pending_->wait();
+    pending_.reset();
+    const std::vector<double> votes = ballot_.to_vector<double>();
+    return votes[0] > 0 ? SIGTERM : votes[1] > 0 ? SIGINT : 0;
+  }
+
+  const StopSignals* signals_;
+  ProcessGroup* group_;
+  Device cpu_;
+  Tensor ballot_;
+  std::shared_ptr<Work> pending_;
+};
+
 }  // namespace
 
 void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, Device cpu) {
@@ -156,8 +303,11 @@ void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, 
 // communication: the wait in Reducer::finish() after backward. Before evaluating, BatchNorm
 // buffers are made equal (distributed.buffer_sync) and rank 0 evaluates the whole test set; only
 // rank 0 prints and writes files.
-TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
-                  ProcessGroup* group, const std::string& device_name, ProcessGroup* device_group) {
+namespace {
+
+TrainReport run_training(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
+                         ProcessGroup* group, const std::string& device_name, ProcessGroup* device_group,
+                         const StopSignals* stop_signals, int64_t& step) {
   const Device device = runtime.device(device_name.empty() ? config.run.device : device_name);
   const Device cpu = runtime.cpu();
   const int world_size = group ? group->size() : 1, rank = group ? group->rank() : 0;
@@ -176,6 +326,7 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   const Normalization norm{config.data.mean, config.data.std};
   FashionMnist train_set(config.data.root, Split::Train, norm);
   FashionMnist test_set(config.data.root, Split::Test, norm);
+  const DataPlan plan = plan_data(config, train_set, test_set, world_size);  // NOTE [ Preflight ]
   // NOTE [ Batch upload ]: on a GPU the loaders fill pinned buffers that are copied
   // asynchronously; on the CPU batches are used where they were filled.
   std::unique_ptr<BatchUploader> train_uploader = make_batch_uploader(device, cpu);
@@ -214,6 +365,8 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   const std::vector<Tensor> parameters = model->parameters();
   train_loader->begin_epoch(0);
   const int64_t steps_per_epoch = train_loader->num_batches();
+  DP_CHECK(steps_per_epoch == plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,
+           " steps per epoch, the preflight ", plan.steps_per_epoch);
   std::unique_ptr<LrSchedule> schedule = make_schedule(config, steps_per_epoch);
   // NOTE [ Schedule clock ] (optim/lr_schedule.h): advanced only by applied steps when
   // schedule.count_skipped_steps is false.
@@ -245,8 +398,13 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   double run_comm_ms = 0, run_exposed_ms = 0, window_comm_ms = 0, window_exposed_ms = 0;
   int64_t synced_steps = 0, window_synced = 0;
   std::map<int, int64_t> last_bucket_counts;
-  int64_t step = 0;
+  step = 0;
   bool stop = false;
+  int stop_signal = 0;  // NOTE [ Stopping on a signal ]
+  StopVote stop_vote(stop_signals, group, cpu);
+  LossWatch loss_watch(device);  // NOTE [ Divergence checks ]
+  const int64_t check_every = std::min(report_every, kLossCheckEvery);
+  int64_t skipped_in_a_row = 0;
   for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
     train_loader->begin_epoch(epoch - 1);
     profiler.reset();
@@ -293,6 +451,12 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       if (applied) {
         optimizer->set_lr(lr);
         optimizer->step();
+        skipped_in_a_row = 0;
+      } else if (++skipped_in_a_row >= config.run.max_skipped_steps) {
+        throw Error("step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + "): the optimiser step "
+                    "was skipped " + std::to_string(skipped_in_a_row) + " times in a row (non-finite gradient norm): "
+                    "the run has diverged (run.max_skipped_steps is " + std::to_string(config.run.max_skipped_steps) +
+                    "). Lower optimizer.lr or add warmup (schedule.warmup_epochs)");
       }
       clock.step_done(applied);
       optimizer->zero_grad(/*set_to_none=*/true);
@@ -308,14 +472,17 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       }
       ++step;
       ++step_in_epoch;
+      loss_watch.add(loss, step);
       ++window_steps;
       window_samples += batch_size;
       epoch_samples += batch_size;
       stop = config.run.max_steps > 0 && step >= config.run.max_steps;
-      if (step_in_epoch % report_every == 0 || step_in_epoch == steps_per_epoch || stop) {
+      const bool report = step_in_epoch % report_every == 0 || step_in_epoch == steps_per_epoch || stop;
+      if (report || step_in_epoch % check_every == 0) loss_watch.check(steps_per_epoch);
+      if (report) {
         StepStatus s;
-        s.epoch = static_cast<int>(epoch);
-        s.epochs = static_cast<int>(config.run.epochs);
+        s.epoch = epoch;
+        s.epochs = config.run.epochs;
         s.step = step_in_epoch;
         s.steps = steps_per_epoch;
         s.loss = window_loss.item<double>() / static_cast<double>(window_steps);
@@ -342,7 +509,14 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
         window_steps = window_samples = 0;
         window_start = Clock::now();
       }
+      if ((stop_signal = stop_vote.after_step())) break;
       if (stop) break;
+    }
+    if (stop_signal) {
+      console.line(std::string("stopped by ") + StopSignals::name(stop_signal) + " after step " + std::to_string(step) +
+                   " (epoch " + std::to_string(epoch) + ", step " + std::to_string(step_in_epoch) + " of " +
+                   std::to_string(steps_per_epoch) + "); no evaluation");
+      break;
     }
 
     EpochReport e;
@@ -392,7 +566,9 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
       metrics->write(rec);
     }
   }
+  if (!stop_signal) stop_vote.finish();  // the vote cast after the last step
   report.steps = step;
+  report.stop_signal = stop_signal;
   report.peak_rss_mib = peak_rss_mib();
   {
     Fnv1a digest;
@@ -449,8 +625,11 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   if (metrics) {
     char digest[24];
     std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
-    nlohmann::json rec = {{"event", "end"}, {"steps", step}, {"peak_rss_mib", report.peak_rss_mib},
-                          {"model_digest", digest}};
+    const char* reason = stop_signal                                                ? StopSignals::name(stop_signal)
+                         : config.run.max_steps > 0 && step >= config.run.max_steps ? "max_steps"
+                                                                                     : "completed";
+    nlohmann::json rec = {{"event", "end"}, {"reason", reason}, {"steps", step},
+                          {"peak_rss_mib", report.peak_rss_mib}, {"model_digest", digest}};
     if (shampoo)
       rec["shampoo"] = {{"root_computations", shampoo->root_computations()},
                         {"root_failures", shampoo->root_failures()},
@@ -466,8 +645,29 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
   return report;
 }
 
-std::string prepare_metrics_path(const Config& config) {
-  return fresh_path(std::filesystem::path(config.run.output_dir) / config.run.metrics_file);
+}  // namespace
+
+TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
+                  ProcessGroup* group, const std::string& device, ProcessGroup* device_group,
+                  const StopSignals* stop_signals) {
+  int64_t step = 0;
+  try {
+    return run_training(config, runtime, console, metrics, group, device, device_group, stop_signals, step);
+  } catch (const std::exception& e) {
+    // The metrics file ends with why the run ended, errors included (a write failure here must
+    // not hide the error itself).
+    if (metrics) {
+      try {
+        metrics->write({{"event", "end"}, {"reason", "error"}, {"steps", step}, {"error", e.what()}});
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  }
+}
+
+std::string metrics_path(const Config& config) {
+  return (std::filesystem::path(config.run.output_dir) / config.run.metrics_file).string();
 }
 
 }  // namespace dp

@@ -10,6 +10,7 @@
 #include "launch/config.h"
 #include "launch/console.h"
 #include "launch/metrics_log.h"
+#include "launch/stop_signals.h"
 #include "comm/process_group.h"
 #include "runtime/core/runtime.h"
 
@@ -34,6 +35,7 @@ struct CommReport {  // averages over the synchronised steps of a distributed ru
 struct TrainReport {
   std::vector<EpochReport> epochs;
   int64_t steps = 0;
+  int stop_signal = 0;  // the signal that stopped the run early (SIGTERM, SIGINT), or 0
   double peak_rss_mib = 0;
   CommReport comm;  // zeros when not distributed
   // FNV-1a over every parameter's and buffer's name and bytes at the end: equal digests, equal
@@ -46,17 +48,20 @@ struct TrainReport {
 // `device` is this rank's (comm/world.h device_for_rank); empty means config.run.device.
 // `group` takes CPU tensors (MPI); a GPU run's gradients, weights and buffers go through
 // `device_group` (NCCL over the same ranks), required when the device is a GPU and the world
-// has more than one rank. Throws dp::Error on bad input.
+// has more than one rank. With `stop_signals`, a SIGTERM/SIGINT ends the run after the step in
+// progress (NOTE [ Stopping on a signal ] in launch/stop_signals.h; report.stop_signal says so).
+// Throws dp::Error on bad input and on divergence (NOTE [ Divergence checks ] in trainer.cpp);
+// the metrics log then ends with an `end` record whose reason is "error".
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
                   ProcessGroup* group = nullptr, const std::string& device = "",
-                  ProcessGroup* device_group = nullptr);
+                  ProcessGroup* device_group = nullptr, const StopSignals* stop_signals = nullptr);
 
 // Checks that every rank of `group` resolved the same configuration (one all-gather of a hash);
 // a dp::Error naming the ranks that differ from rank 0 otherwise.
 void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, Device cpu);
 
-// output_dir/metrics_file; an existing file there is kept under a timestamped name first.
-std::string prepare_metrics_path(const Config& config);
+// output_dir/metrics_file (MetricsLog keeps a file already there under another name).
+std::string metrics_path(const Config& config);
 
 // Peak resident set size of this process so far, in MiB.
 double peak_rss_mib();

@@ -1,5 +1,6 @@
 #include "runtime/data/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -101,7 +102,14 @@ FixedSizeBatchSampler::FixedSizeBatchSampler(std::unique_ptr<Sampler> sampler, i
 
 int64_t FixedSizeBatchSampler::num_batches(int64_t) const {
   const int64_t n = sampler_->size();
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  // Not (n + batch_size - 1) / batch_size: that overflows for a batch size near INT64_MAX.
+  return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0 ? 1 : 0);
+}
+
+int64_t FixedSizeBatchSampler::max_batch_size() const {
+  // No batch holds more samples than an epoch has: a batch size beyond the dataset must not
+  // make the loader allocate buffers for samples that do not exist.
+  return std::max<int64_t>(1, std::min(batch_size_, sampler_->size()));
 }
 
 EpochPlan FixedSizeBatchSampler::plan(int64_t epoch) const {

@@ -102,7 +102,7 @@ class FixedSizeBatchSampler final : public BatchSampler {
   FixedSizeBatchSampler(std::unique_ptr<Sampler> sampler, int64_t batch_size, bool drop_last);
   EpochPlan plan(int64_t epoch) const override;
   int64_t num_batches(int64_t epoch) const override;
-  int64_t max_batch_size() const override { return batch_size_; }
+  int64_t max_batch_size() const override;  // min(batch_size, samples per epoch)
   const Sampler& sampler() const { return *sampler_; }
 
  private:

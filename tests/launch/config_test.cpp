@@ -62,19 +62,19 @@ distributed: {bucket_mb: 4, timeout_s: 30, check_agreement: false, buffer_sync: 
   EXPECT_DOUBLE_EQ(defaults.distributed.timeout_s, 300);
   EXPECT_TRUE(defaults.distributed.check_agreement);
   EXPECT_THAT(load_error("distributed:\n  timeout_s: -1\n"),
-              HasSubstr("test.yaml:2: distributed.timeout_s: expected a non-negative number, got -1"));
+              HasSubstr("test.yaml:2: distributed.timeout_s: expected 0 (off) or a number of seconds in [1, 604800], got -1"));
 }
 
 TEST(Config, RejectsBadValuesNamingFileLineAndKey) {
   EXPECT_EQ(load_error("optimizer:\n  lr: -0.1\n"), "test.yaml:2: optimizer.lr: expected a positive number, got -0.1");
-  EXPECT_THAT(load_error("data:\n  batch_size: 0\n"), HasSubstr("data.batch_size: expected a positive integer, got 0"));
-  EXPECT_THAT(load_error("run:\n  epochs: three\n"), HasSubstr("run.epochs: expected a positive integer, got 'three'"));
-  EXPECT_THAT(load_error("run:\n  epochs: 1.5\n"), HasSubstr("run.epochs: expected a positive integer, got '1.5'"));
+  EXPECT_THAT(load_error("data:\n  batch_size: 0\n"), HasSubstr("data.batch_size: expected an integer in [1, 16777216], got 0"));
+  EXPECT_THAT(load_error("run:\n  epochs: three\n"), HasSubstr("run.epochs: expected an integer in [1, 100000], got 'three'"));
+  EXPECT_THAT(load_error("run:\n  epochs: 1.5\n"), HasSubstr("run.epochs: expected an integer in [1, 100000], got '1.5'"));
   EXPECT_THAT(load_error("data:\n  shuffle: maybe\n"), HasSubstr("data.shuffle: expected true or false"));
   EXPECT_THAT(load_error("model:\n  name: vgg\n"),
               HasSubstr("model.name: unknown value 'vgg' (expected one of: small_cnn, mlp, resnet18)"));
   EXPECT_THAT(load_error("run:\n  device: gpu\n"), HasSubstr("run.device: expected cpu, cuda or cuda:N"));
-  EXPECT_THAT(load_error("model:\n  mlp_hidden: [10, -1]\n"), HasSubstr("model.mlp_hidden[1]: expected a positive integer"));
+  EXPECT_THAT(load_error("model:\n  mlp_hidden: [10, -1]\n"), HasSubstr("model.mlp_hidden[1]: expected an integer in [1, 1048576], got -1"));
   EXPECT_THAT(load_error("model:\n  mlp_hidden: 10\n"), HasSubstr("model.mlp_hidden: expected a list"));
   EXPECT_THAT(load_error("loss:\n  label_smoothing: 1.0\n"), HasSubstr("expected a number in [0, 1)"));
   EXPECT_THAT(load_error("run:\n  seed: -3\n"), HasSubstr("run.seed: expected a non-negative integer"));
@@ -151,6 +151,115 @@ TEST(Config, ShippedRecipesLoad) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
   EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
   EXPECT_EQ(c.data.batch_size, 128);
+}
+
+// Issue 10, class 6: shapes yaml-cpp accepts but a recipe must not have.
+TEST(Config, DuplicatedKeysAndSectionsAreRefusedNamingBothLines) {
+  EXPECT_EQ(load_error("optimizer:\n  lr: 0.1\n  lr: 0.2\n"),
+            "test.yaml:3: optimizer.lr: given twice (first at line 2); keep one");
+  EXPECT_EQ(load_error("run: {epochs: 2}\noptimizer: {lr: 0.1}\nrun: {seed: 3}\n"),
+            "test.yaml:3: run: given twice (first at line 1); keep one");
+  // Also when --set would touch the duplicated key: the file is checked first.
+  EXPECT_THAT(load_error("data:\n  batch_size: 8\n  batch_size: 16\n", {"data.batch_size=32"}),
+              HasSubstr("test.yaml:3: data.batch_size: given twice"));
+}
+
+TEST(Config, ComplexKeysAreAnErrorWithFileAndLine) {
+  EXPECT_EQ(load_error("? [a, b]\n: 1\n"), "test.yaml:1: the configuration: expected a key name, got a list as a key");
+  EXPECT_EQ(load_error("run:\n  ? {x: 1}\n  : 2\n"), "test.yaml:2: run: expected a key name, got a mapping as a key");
+}
+
+TEST(Config, WrongShapesAreReportedEvenWithOverrides) {
+  // Before: a list or scalar root was silently replaced by the --set values.
+  EXPECT_THAT(load_error("- 1\n- 2\n", {"optimizer.lr=0.1"}),
+              HasSubstr("test.yaml:1: expected a mapping of sections (run, data, model"));
+  EXPECT_THAT(load_error("just text\n", {"run.epochs=1"}), HasSubstr("test.yaml:1: expected a mapping of sections"));
+  // Before: `run: 5` plus --set run.x ended in "unexpected error: <yaml-cpp text>".
+  EXPECT_THAT(load_error("run: 5\n", {"run.epochs=2"}), HasSubstr("test.yaml:1: run: expected a mapping of keys (name, seed"));
+  EXPECT_THAT(load_error("optimizer: [1, 2]\n", {"optimizer.lr=0.1"}),
+              HasSubstr("test.yaml:1: optimizer: expected a mapping of keys"));
+  // An empty section stays valid, with or without an override into it.
+  EXPECT_DOUBLE_EQ(config_from_yaml_string("optimizer:\n", "t.yaml", {"optimizer.lr=0.2"}).optimizer.lr, 0.2);
+}
+
+TEST(Config, ADirectoryIsNotAConfigFile) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_THAT(error_of([&] { load_config(dir); }), HasSubstr("is a directory; give the recipe's YAML file"));
+}
+
+TEST(Config, AnOversizedFileIsRefused) {
+  const std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / "dptrain_config_test_big.yaml";
+  {
+    std::ofstream out(p, std::ios::binary);
+    const std::string line = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 1100; ++i) out << line;
+  }
+  EXPECT_THAT(error_of([&] { load_config(p.string()); }), HasSubstr("is larger than 1 MiB"));
+  std::filesystem::remove(p);
+}
+
+// Issue 10, class 3: every count has a documented upper bound, checked at load.
+TEST(Config, CountsHaveUpperBounds) {
+  EXPECT_EQ(load_error("run: {epochs: 100001}"), "test.yaml:1: run.epochs: expected an integer in [1, 100000], got 100001");
+  EXPECT_THAT(load_error("run: {threads: 5000}"), HasSubstr("run.threads: expected an integer in [1, 1024], got 5000"));
+  EXPECT_THAT(load_error("data: {prefetch: 1000000}"), HasSubstr("data.prefetch: expected an integer in [1, 64]"));
+  EXPECT_THAT(load_error("data: {loader_threads: 100000}"),
+              HasSubstr("data.loader_threads: expected an integer in [0, 256]"));
+  EXPECT_THAT(load_error("data: {batch_size: 9223372036854775807}"),
+              HasSubstr("data.batch_size: expected an integer in [1, 16777216], got 9223372036854775807"));
+  // Beyond int64: the text is shown as written, not a wrapped number.
+  EXPECT_THAT(load_error("data: {eval_batch_size: 99999999999999999999}"),
+              HasSubstr("data.eval_batch_size: expected an integer in [1, 16777216], got '99999999999999999999'"));
+  EXPECT_THAT(load_error("model: {num_classes: 2000000}"), HasSubstr("model.num_classes: expected an integer in [1, 1000000]"));
+  EXPECT_THAT(load_error("run: {max_skipped_steps: 0}"), HasSubstr("run.max_skipped_steps: expected an integer in [1, 1000000]"));
+  EXPECT_THAT(load_error("distributed: {bucket_mb: 1e9}"), HasSubstr("distributed.bucket_mb: expected a number in (0, 65536]"));
+  EXPECT_THAT(load_error("schedule: {warmup_epochs: .inf}"), HasSubstr("schedule.warmup_epochs: expected a number in [0, 100000]"));
+  EXPECT_THAT(load_error("data: {mean: .nan}"), HasSubstr("data.mean: expected a finite number"));
+  EXPECT_THAT(load_error("model: {mlp_hidden: [" + [] {
+                std::string s;
+                for (int i = 0; i < 300; ++i) s += (i ? ", " : "") + std::string("4");
+                return s;
+              }() + "]}"),
+              HasSubstr("model.mlp_hidden: expected at most 256 values, got 300"));
+  // The bounds themselves are valid.
+  const Config c = config_from_yaml_string("run: {epochs: 100000, threads: 1024}\ndata: {prefetch: 64, batch_size: 16777216}",
+                                           "t.yaml");
+  EXPECT_EQ(c.run.epochs, 100000);
+  EXPECT_EQ(c.data.batch_size, 16777216);
+  EXPECT_EQ(config_from_yaml_string("", "t.yaml").run.max_skipped_steps, 10);
+}
+
+TEST(Config, DeviceIndexIsBounded) {
+  EXPECT_EQ(config_from_yaml_string("run: {device: 'cuda:1023'}", "t.yaml").run.device, "cuda:1023");
+  for (const char* bad : {"cuda:1024", "cuda:99999999999", "cuda:-1", "cuda:01", "cuda:", "cuda:+1", "cuda: 1"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(load_error(std::string("run: {device: '") + bad + "'}"),
+                HasSubstr("run.device: expected cpu, cuda or cuda:N with N in [0, 1023]"));
+  }
+}
+
+// Issue 10, class 4: the watchdog's timeout either works or is refused.
+TEST(Config, WatchdogTimeoutRange) {
+  EXPECT_DOUBLE_EQ(config_from_yaml_string("distributed: {timeout_s: 0}", "t.yaml").distributed.timeout_s, 0);
+  EXPECT_DOUBLE_EQ(config_from_yaml_string("distributed: {timeout_s: 1}", "t.yaml").distributed.timeout_s, 1);
+  EXPECT_DOUBLE_EQ(config_from_yaml_string("distributed: {timeout_s: 604800}", "t.yaml").distributed.timeout_s, 604800);
+  for (const char* bad : {"0.001", "0.5", "604801", "1e300", ".inf", ".nan", "-5"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(load_error(std::string("distributed: {timeout_s: ") + bad + "}"),
+                HasSubstr("distributed.timeout_s: expected 0 (off) or a number of seconds in [1, 604800]"));
+  }
+}
+
+// Issue 10, class 1: the metrics file is a file inside run.output_dir.
+TEST(Config, MetricsFileStaysInsideTheOutputDir) {
+  EXPECT_EQ(config_from_yaml_string("run: {metrics_file: logs/m.jsonl}", "t.yaml").run.metrics_file, "logs/m.jsonl");
+  EXPECT_THAT(load_error("run: {metrics_file: /etc/passwd}"),
+              HasSubstr("run.metrics_file: expected a file name relative to run.output_dir (like metrics.jsonl), got "
+                        "'/etc/passwd'"));
+  EXPECT_THAT(load_error("run: {metrics_file: ../x.jsonl}"), HasSubstr("without '.' or '..'"));
+  EXPECT_THAT(load_error("run: {metrics_file: a/../../x.jsonl}"), HasSubstr("without '.' or '..'"));
+  EXPECT_THAT(load_error("run: {metrics_file: logs/}"), HasSubstr("expected a file name relative to run.output_dir"));
+  EXPECT_THAT(load_error("run: {metrics_file: ''}"), HasSubstr("expected a file name relative to run.output_dir"));
 }
 
 }  // namespace

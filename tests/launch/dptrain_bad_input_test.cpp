@@ -62,7 +62,7 @@ TEST_F(BadInput, UnknownKey) {
 
 TEST_F(BadInput, WrongType) {
   expect_error(run_dptrain("--config " + config("data: {batch_size: big}\n")),
-               "data.batch_size: expected a positive integer, got 'big'");
+               "data.batch_size: expected an integer in [1, 16777216], got 'big'");
 }
 
 TEST_F(BadInput, NegativeLearningRate) {

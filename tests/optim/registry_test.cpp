@@ -132,7 +132,7 @@ TEST(OptimizerConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(load_error("optimizer: {name: shampoo, start_preconditioning_step: 0}"),
               HasSubstr("optimizer.start_preconditioning_step: expected a positive integer, or -1"));
   EXPECT_THAT(load_error("optimizer: {name: shampoo, precondition_frequency: 0}"),
-              HasSubstr("optimizer.precondition_frequency: expected a positive integer"));
+              HasSubstr("optimizer.precondition_frequency: expected an integer in [1, 1000000000000], got 0"));
 }
 
 TEST(OptimizerConfigTest, ShampooKeysResolveAndReadBack) {
