@@ -23,13 +23,18 @@ extern "C" void record_stop_signal(int signal) {
 }
 
 void install(int signal, struct sigaction* previous) {
+  DP_CHECK(sigaction(signal, nullptr, previous) == 0, "cannot read the disposition of ", StopSignals::name(signal),
+           ": ", std::strerror(errno));
+  // A signal ignored on entry stays ignored (the convention of nohup and of shells, which start
+  // background jobs with SIGINT ignored): whoever started us chose that.
+  if (previous->sa_handler == SIG_IGN) return;
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
   // SA_RESETHAND: the second signal takes the default action (NOTE [ Stopping on a signal ]).
   // SA_RESTART: reads and waits in progress resume instead of failing with EINTR.
   action.sa_flags = SA_RESETHAND | SA_RESTART;
-  DP_CHECK(sigaction(signal, &action, previous) == 0, "cannot install the handler for ", StopSignals::name(signal),
+  DP_CHECK(sigaction(signal, &action, nullptr) == 0, "cannot install the handler for ", StopSignals::name(signal),
            ": ", std::strerror(errno));
 }
 

@@ -13,6 +13,8 @@
 // step later (it runs behind that step's gradient all-reduces and costs the step nothing). All
 // ranks see the same sum after the same step and stop there together.
 //
+// A signal that was ignored when dptrain started (nohup, a shell's background job) stays ignored.
+//
 // Signal dispositions are process-wide, so one StopSignals object may exist at a time (it
 // restores the previous handlers when destroyed); this is the one piece of process-global state
 // in dptrain, forced by the signal API.

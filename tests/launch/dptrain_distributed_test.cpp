@@ -63,6 +63,10 @@ TEST_F(Distributed, MpirunTwoRanksTrainsWithOneVoice) {
   EXPECT_THAT(r.output, HasSubstr("data-parallel over 2 ranks (mpi): batch 32 per rank"));
   EXPECT_THAT(r.output, HasSubstr("% hidden behind backward"));
   EXPECT_EQ(count(r.output, "done: 12 steps"), 1) << "only rank 0 prints: " << r.output;
+  // Open MPI gives each rank a pseudo-terminal even when mpirun's output is a pipe or a file:
+  // the progress line must not be redrawn there (issue 10).
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("\033[K")));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("\r")));
   std::ifstream metrics(dir_ / "out" / "metrics.jsonl");
   const std::string text((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("\"world_size\":2"));
@@ -171,6 +175,31 @@ TEST_F(Distributed, WatchdogFromTheConfigNamesAKilledRank) {
   EXPECT_NE(r.exit_code, -1) << "the job still runs 60 s after rank 1 was killed: " << r.output;
   EXPECT_LT(r.seconds, 30.0) << r.output;
   EXPECT_THAT(r.output, ::testing::ContainsRegex("timeout 5.0 s.*rank 1 stopped making progress")) << r.output;
+}
+
+// SIGTERM to one rank of a 2-rank job (a user's kill, or the first task Slurm reaches): the ranks
+// agree to stop after the same step, rank 0 writes the end record, and every rank exits 143.
+TEST_F(Distributed, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
+  const std::string cfg = config("long.yaml");
+  const std::string dptrain = dptrain_binary() + " --config " + cfg + " --set run.max_steps=0 --set run.log_every=1";
+  const fs::path metrics = dir_ / "out" / "metrics.jsonl", script = dir_ / "signal.sh";
+  // pgrep -x -f matches the ranks' exact command line, not mpirun's or this shell's.
+  std::ofstream(script) << kMpirun << " -np 2 " << dptrain << " &\n"
+                        << "p=$!; i=0\n"
+                        << "while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" << metrics.string()
+                        << "'; do sleep 0.05; i=$((i+1)); done\n"
+                        << "kill -TERM $(pgrep -x -f '" << dptrain << "' | head -n 1)\n"
+                        << "wait $p\n";
+  const ProgramResult r = run_program("sh " + script.string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "timed out: " << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("stopped by SIGTERM after step [0-9]+")) << r.output;
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("MPI_ABORT"))) << r.output;
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  EXPECT_THAT(last, HasSubstr("\"reason\":\"SIGTERM\"")) << last;
 }
 
 // run.deterministic: two launches of the same 2-rank job end with the same model, bit for bit

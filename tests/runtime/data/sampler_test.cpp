@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -146,6 +147,21 @@ TEST(FixedSizeBatchSampler, CutsOrderIntoBatches) {
 
   EXPECT_EQ(FixedSizeBatchSampler(std::make_unique<SequentialSampler>(0), 4, false).plan(0).num_batches(), 0);
   EXPECT_THROW(FixedSizeBatchSampler(std::make_unique<SequentialSampler>(3), 0, false), Error);
+}
+
+// A batch larger than the epoch holds at most the epoch's samples (the loader sizes its buffers by
+// max_batch_size), and counting batches cannot overflow for any batch size.
+TEST(FixedSizeBatchSampler, BatchesLargerThanTheDataAreBoundedAndCountedWithoutOverflow) {
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  const FixedSizeBatchSampler keep(std::make_unique<SequentialSampler>(10), huge, false);
+  EXPECT_EQ(keep.max_batch_size(), 10);
+  EXPECT_EQ(keep.num_batches(0), 1);
+  ASSERT_EQ(keep.plan(0).num_batches(), 1);
+  EXPECT_EQ(keep.plan(0).batch(0).size(), 10u);
+  const FixedSizeBatchSampler drop(std::make_unique<SequentialSampler>(10), huge - 1, true);
+  EXPECT_EQ(drop.num_batches(0), 0);
+  EXPECT_EQ(FixedSizeBatchSampler(std::make_unique<SequentialSampler>(0), 4, false).max_batch_size(), 1);
+  EXPECT_EQ(FixedSizeBatchSampler(std::make_unique<SequentialSampler>(10), 10, true).num_batches(0), 1);
 }
 
 }  // namespace
