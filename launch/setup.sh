@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev libyaml-cpp-dev libopenblas-openmp-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin slurm-wlm munge
+  clang libclang-rt-14-dev  # the libFuzzer targets of tests/fuzz (a standing check, not the build)
   dataset-fashion-mnist
 )
 missing=()

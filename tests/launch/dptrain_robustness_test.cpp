@@ -82,6 +82,8 @@ struct BadCase {
   std::string message;   // what the error must say
 };
 
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
 class BadRun : public Robustness, public ::testing::WithParamInterface<BadCase> {};
 
 TEST_P(BadRun, StopsWithOneClearMessage) {

@@ -88,8 +88,14 @@ CpuBlockCache::~CpuBlockCache() { release_cached(); }
 void* CpuBackend::allocate(size_t nbytes) { return cache_.allocate(nbytes); }
 void CpuBackend::deallocate(void* ptr, size_t nbytes) { cache_.deallocate(ptr, nbytes); }
 
-void CpuBackend::copy_from_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }
-void CpuBackend::copy_to_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }
+// An empty tensor's data pointer may be null, and memcpy with a null pointer is undefined even
+// for 0 bytes (UBSan's nonnull-attribute check).
+void CpuBackend::copy_from_host(void* dst, const void* src, size_t nbytes) {
+  if (nbytes) std::memcpy(dst, src, nbytes);
+}
+void CpuBackend::copy_to_host(void* dst, const void* src, size_t nbytes) {
+  if (nbytes) std::memcpy(dst, src, nbytes);
+}
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   DP_CHECK(src.shape() == dst.shape(), "copy: shape mismatch ", src.str(), " → ", dst.str());
