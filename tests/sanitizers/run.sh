@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds dptrain with a sanitizer and runs tests under it: the standing checks of issue 10.
 #   tests/sanitizers/run.sh address   ASan + UBSan, the whole suite, in build-asan/
-#   tests/sanitizers/run.sh thread    TSan, the comm and data-loader tests, in build-tsan/
+#   tests/sanitizers/run.sh thread    TSan, the comm and data-loader tests and 2-rank dptrain
+#                                     runs, in build-tsan/
 # Host code only (CUDA off; GPU tests skip anyway without a GPU); -O1 (DPTRAIN_SANITIZE in
 # CMakeLists.txt). Any report fails the test that made it: UBSan and TSan halt on the first
 # report, ASan always does. Suppressions (tests/sanitizers/*.supp) cover only libraries we do
@@ -38,7 +39,7 @@ if [[ $kind == address ]]; then
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900
   echo "sanitizers: ASan+UBSan suite took $((SECONDS - start)) s"
 else
-  cmake --build "$dir" -j "$jobs" --target comm_tests comm_mpi_tests comm_fault_program runtime_tests dptrain
+  cmake --build "$dir" -j "$jobs" --target comm_tests comm_mpi_tests comm_fault_program runtime_tests launch_tests dptrain
   echo "sanitizers: TSan build took $((SECONDS - start)) s"
   start=$SECONDS
   # One OpenMP thread: libgomp is not instrumented, so its barriers would be reported as races
@@ -47,7 +48,10 @@ else
   # are run directly because ctest's per-test environment sets OMP_NUM_THREADS=2.
   export OMP_NUM_THREADS=1
   "$dir/tests/comm_tests"
-  "$dir/tests/runtime_tests" --gtest_filter='LoaderTest*:BatchUploader*:LoaderThroughput*:DataLoader*'
+  "$dir/tests/runtime_tests" --gtest_filter='*LoaderTest*:BatchUploader*:LoaderThroughput*:ImageDatasetTest*:*Sampler*'
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900 -R '^comm_(mpi_tests|fault)'
+  # The trainer's own threads together: DDP's communication thread, the loader, the watchdog and
+  # the ranks' stop vote, in 2-rank dptrain runs (one a SIGTERM) and single-rank signal runs.
+  "$dir/tests/launch_tests" --gtest_filter='Distributed.MpirunTwo*:Distributed.Sigterm*:Robustness.Sig*'
   echo "sanitizers: TSan comm and loader tests took $((SECONDS - start)) s"
 fi
