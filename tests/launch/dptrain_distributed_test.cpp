@@ -250,4 +250,28 @@ TEST_F(Distributed, SrunWithoutPmixOnARealCluster) {
   EXPECT_EQ(count(r.output, "without PMIx"), 2) << "each rank says why: " << r.output;
 }
 
+// scancel --signal=TERM (what a job's time limit or a user's scancel sends) reaches every task:
+// both stop after the same step, the end record names the signal, and srun reports 143.
+TEST_F(Distributed, ScancelEndsAnSrunJobCleanly) {
+  if (!slurm_cluster_reachable())
+    GTEST_SKIP() << "no Slurm cluster: start one with `eval \"$(launch/local_slurm.sh start)\"` (as CI does)";
+  const std::string job = "dptrain_scancel_" + std::to_string(::getpid());
+  const fs::path metrics = dir_ / "out" / "metrics.jsonl", script = dir_ / "scancel.sh";
+  std::ofstream(script) << "timeout 300 srun --quiet -J " << job << " -n 2 " << dptrain_binary() << " --config "
+                        << config("long.yaml") << " --set run.max_steps=0 --set run.log_every=1 &\n"
+                        << "p=$!; i=0\n"
+                        << "while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" << metrics.string()
+                        << "'; do sleep 0.05; i=$((i+1)); done\n"
+                        << "scancel --signal=TERM --name=" << job << "\n"
+                        << "wait $p\n";
+  const ProgramResult r = run_program("sh " + script.string());
+  EXPECT_EQ(r.exit_code, 143) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("stopped by SIGTERM after step [0-9]+")) << r.output;
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  EXPECT_THAT(last, HasSubstr("\"reason\":\"SIGTERM\"")) << last;
+}
+
 }  // namespace
