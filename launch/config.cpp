@@ -12,7 +12,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "optim/registry.h"
+#include "optim/optimizer_spec.h"
 #include "runtime/core/error.h"
 
 namespace dp {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "optim/registry.h"
+#include "optim/optimizer_spec.h"
 
 namespace dp {
 
@@ -84,7 +84,7 @@ struct ModelConfig {
   double dropout = 0.0;
 };
 
-// The optimizer section is the optimiser factory's own options struct (optim/registry.h); the
+// The optimizer section is the optimiser factory's own options struct (optim/optimizer_spec.h); the
 // defaults that depend on optimizer.name are filled in when the config is loaded.
 using OptimizerConfig = OptimizerSpec;
 

@@ -10,34 +10,6 @@
 
 namespace dp {
 
-namespace {
-[[noreturn]] void unknown(const std::string& name) {
-  std::string list;
-  for (std::string_view n : kOptimizerNames) list += (list.empty() ? "" : ", ") + std::string(n);
-  throw Error("optimizer.name: unknown optimizer '" + name + "' (known: " + list + ")");
-}
-}  // namespace
-
-double default_weight_decay(const std::string& name) {
-  if (name == "sgd" || name == "lars" || name == "shampoo") return 0.0;
-  if (name == "adamw" || name == "lamb") return 0.01;
-  unknown(name);
-}
-
-double default_eps(const std::string& name) {
-  if (name == "sgd" || name == "lars") return 0.0;
-  if (name == "adamw") return 1e-8;
-  if (name == "lamb") return 1e-6;
-  if (name == "shampoo") return 1e-12;
-  unknown(name);
-}
-
-bool default_exclude_1d(const std::string& name) {
-  if (name == "sgd" || name == "adamw" || name == "shampoo") return false;
-  if (name == "lars" || name == "lamb") return true;
-  unknown(name);
-}
-
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
                                           const std::vector<std::pair<std::string, Tensor>>& named_parameters,
                                           const OptimizerContext& context) {
@@ -118,7 +90,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
     o.threads = context.threads;
     return std::make_unique<Shampoo>(std::move(groups), o);
   }
-  unknown(name);
+  throw_unknown_optimizer(name);
 }
 
 }  // namespace dp

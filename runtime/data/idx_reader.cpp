@@ -122,8 +122,20 @@ IdxArray read_idx_ubyte(const std::string& path, int expected_rank, std::string_
   DP_CHECK(payload_bytes <= kMaxPayloadBytes, "'", path, "': IDX header claims dimensions ", shape_str(array.dims),
            ", more than ", kMaxPayloadBytes, " bytes; the header is corrupt");
 
-  array.data.resize(payload_bytes);
-  const size_t payload_got = stream.read(array.data.data(), payload_bytes);
+  // Read in chunks, growing the buffer only as data arrives: a corrupt header claiming gigabytes
+  // must fail as "truncated", not allocate what it claims first (found by tests/fuzz/fuzz_idx).
+  // The chunk doubles with what has arrived (1 MiB, 1, 2, 4, ... MiB), so a real file takes a
+  // few reads and a bogus one allocates at most about twice its real size.
+  constexpr uint64_t kFirstChunkBytes = uint64_t{1} << 20;
+  size_t payload_got = 0;
+  while (payload_got < payload_bytes) {
+    const size_t chunk = static_cast<size_t>(
+        std::min<uint64_t>(payload_bytes - payload_got, std::max<uint64_t>(kFirstChunkBytes, payload_got)));
+    array.data.resize(payload_got + chunk);
+    const size_t got = stream.read(array.data.data() + payload_got, chunk);
+    payload_got += got;
+    if (got < chunk) break;
+  }
   DP_CHECK(payload_got == payload_bytes,
            with_zlib_detail(detail::concat("'", path, "': truncated payload: expected ", payload_bytes, " bytes (dimensions ",
                                            shape_str(array.dims), "), got ", payload_got), stream));

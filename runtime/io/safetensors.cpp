@@ -281,7 +281,8 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
     const std::string where = "write_safetensors: '" + path + "': tensor '" + name + "'";
     DP_CHECK(name != kMetadataKey, where, ": the name is reserved for metadata");
     DP_CHECK(seen.insert(name).second, where, ": duplicate name");
-    DP_CHECK(std::any_of(std::begin(kDtypes), std::end(kDtypes), [&](const DtypeInfo& d) { return e.dtype == d.name; }),
+    const std::string& dtype = e.dtype;  // not `e` in the lambda: clang < 16 cannot capture structured bindings
+    DP_CHECK(std::any_of(std::begin(kDtypes), std::end(kDtypes), [&](const DtypeInfo& d) { return dtype == d.name; }),
              where, ": unknown dtype \"", e.dtype, "\" (supported: ", known_dtypes(), ")");
     uint64_t want = expected_bytes(e.dtype, e.shape, where);
     DP_CHECK(e.data.size() == want, where, ": has ", e.data.size(), " bytes but dtype ", e.dtype, " x shape needs ",

@@ -2,6 +2,7 @@
 // Fashion-MNIST built from such files, and the real data set when Debian's package is installed.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -148,6 +149,25 @@ TEST_F(IdxFilesTest, RejectsTruncatedPayloadInBothForms) {
     EXPECT_NE(message.find(std::string(name) + "': truncated payload: expected 16 bytes (dimensions [4, 2, 2]), got 10"),
               std::string::npos)
         << message;
+  }
+}
+
+// Found by tests/fuzz/fuzz_idx: a header claiming 4 GB over a few bytes of data used to be
+// allocated (and zero-filled) whole before the read found it truncated.
+TEST_F(IdxFilesTest, AHugeClaimOverLittleDataFailsWithoutAllocatingTheClaim) {
+  const std::vector<uint8_t> bogus = idx_bytes(kImagesMagic, {100000, 200, 200}, iota_bytes(3));
+  write_gz(dir / "images.gz", bogus);
+  write_plain(dir / "images", bogus);
+  for (const char* name : {"images.gz", "images"}) {
+    struct rusage before {}, after {};
+    getrusage(RUSAGE_SELF, &before);
+    const std::string message = error_of([&] { read_idx_ubyte((dir / name).string(), 3); });
+    getrusage(RUSAGE_SELF, &after);
+    EXPECT_NE(message.find("truncated payload: expected 4000000000 bytes (dimensions [100000, 200, 200]), got 3"),
+              std::string::npos)
+        << message;
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "peak RSS grew by " << after.ru_maxrss - before.ru_maxrss
+                                                               << " KiB";
   }
 }
 
