@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,5 +25,10 @@ struct IdxArray {
 // the problem (cannot open, not gzip/IDX, corrupt stream, wrong magic or rank, truncated or
 // trailing data); `open_hint` is appended when the file cannot be opened (what to install).
 IdxArray read_idx_ubyte(const std::string& path, int expected_rank, std::string_view open_hint = {});
+
+// The same from the file's bytes in memory (gzip detected the same way); `name` stands for the
+// file in messages. read_idx_ubyte reads the file and calls this, so the fuzzer
+// (tests/fuzz/fuzz_idx.cpp) checks the reader users run without going through the file system.
+IdxArray parse_idx_ubyte(std::span<const uint8_t> bytes, int expected_rank, const std::string& name);
 
 }  // namespace dp

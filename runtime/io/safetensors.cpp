@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -24,6 +25,11 @@ constexpr const char* kMetadataKey = "__metadata__";
 // Same bound as the reference implementation: a larger header is garbage, not a real file,
 // and must not make us allocate gigabytes before we find out.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// A real header nests three deep (the header, an entry, its shape list). nlohmann::json copies
+// values recursively (ordered_json does when an object grows) and prints them recursively (our
+// error messages), so a header of brackets nested a million deep overflowed the stack; anything
+// deeper than this is refused while it is parsed (found by tests/fuzz/fuzz_safetensors).
+constexpr int kMaxHeaderDepth = 64;
 
 struct DtypeInfo {
   const char* name;
@@ -192,16 +198,17 @@ void SafetensorsFile::add(std::string name, SafetensorsEntry entry) {
 
 // ---- Reading --------------------------------------------------------------------------------
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  DP_CHECK(fd.get() >= 0, "read_safetensors: cannot open '", path, "': ", errno_text());
-  struct stat st{};
-  DP_CHECK(::fstat(fd.get(), &st) == 0, "read_safetensors: cannot stat '", path, "': ", errno_text());
-  DP_CHECK(S_ISREG(st.st_mode), "read_safetensors: '", path, "' is not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+namespace {
 
+// Where the reader takes a file's bytes from: copies up to n bytes at `offset` into dst and
+// returns how many there were (fewer only past the end).
+using ReadAt = std::function<size_t(uint64_t offset, void* dst, size_t n)>;
+
+// Everything the reader checks, on a file of `file_size` bytes that read_at gives; `path` names
+// it in messages.
+SafetensorsFile parse_file(uint64_t file_size, const ReadAt& read_at, const std::string& path) {
   unsigned char len_bytes[8];
-  DP_CHECK(file_size >= 8 && pread_full(fd.get(), len_bytes, 8, 0, path) == 8, "read_safetensors: '", path,
+  DP_CHECK(file_size >= 8 && read_at(0, len_bytes, 8) == 8, "read_safetensors: '", path,
            "' is truncated: ", file_size, " bytes, too short for the 8-byte header length");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
@@ -212,13 +219,20 @@ SafetensorsFile read_safetensors(const std::string& path) {
            " exceeds the ", kMaxHeaderBytes, "-byte limit (not a safetensors file?)");
 
   std::string header_text(header_len, '\0');
-  DP_CHECK(pread_full(fd.get(), header_text.data(), header_len, 8, path) == header_len, "read_safetensors: '",
-           path, "' shrank while being read");
+  DP_CHECK(read_at(8, header_text.data(), header_len) == header_len, "read_safetensors: '", path,
+           "' shrank while being read");
   // ordered_json keeps the header's key order, which breaks ties between empty tensors that
   // share an offset, so a round trip preserves the written order.
   nlohmann::ordered_json header;
+  const auto depth_check = [&](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json&) {
+    const bool opens = event == nlohmann::ordered_json::parse_event_t::object_start ||
+                       event == nlohmann::ordered_json::parse_event_t::array_start;
+    DP_CHECK(!opens || depth < kMaxHeaderDepth, "read_safetensors: '", path, "': header nests lists or objects more than ",
+             kMaxHeaderDepth, " deep (not a safetensors file?)");
+    return true;
+  };
   try {
-    header = nlohmann::ordered_json::parse(header_text);
+    header = nlohmann::ordered_json::parse(header_text, depth_check);
   } catch (const nlohmann::ordered_json::exception& e) {
     throw Error("read_safetensors: '" + path + "': header is not valid JSON: " + e.what());
   }
@@ -258,12 +272,38 @@ SafetensorsFile read_safetensors(const std::string& path) {
   out.tensors.reserve(entries.size());
   for (auto& e : entries) {
     e.entry.data.resize(e.end - e.begin);
-    DP_CHECK(pread_full(fd.get(), e.entry.data.data(), e.entry.data.size(), data_start + e.begin, path) ==
-                 e.entry.data.size(),
+    DP_CHECK(read_at(data_start + e.begin, e.entry.data.data(), e.entry.data.size()) == e.entry.data.size(),
              "read_safetensors: '", path, "' shrank while being read");
     out.tensors.emplace_back(std::move(e.name), std::move(e.entry));
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  DP_CHECK(fd.get() >= 0, "read_safetensors: cannot open '", path, "': ", errno_text());
+  struct stat st{};
+  DP_CHECK(::fstat(fd.get(), &st) == 0, "read_safetensors: cannot stat '", path, "': ", errno_text());
+  DP_CHECK(S_ISREG(st.st_mode), "read_safetensors: '", path, "' is not a regular file");
+  // Read piece by piece (header, then each tensor) rather than whole: a checkpoint is not held
+  // twice in memory.
+  return parse_file(static_cast<uint64_t>(st.st_size),
+                    [&](uint64_t offset, void* dst, size_t n) { return pread_full(fd.get(), dst, n, offset, path); },
+                    path);
+}
+
+SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::string& name) {
+  return parse_file(
+      bytes.size(),
+      [&](uint64_t offset, void* dst, size_t n) -> size_t {
+        if (offset >= bytes.size()) return 0;
+        const size_t got = std::min<uint64_t>(n, bytes.size() - offset);
+        if (got > 0) std::memcpy(dst, bytes.data() + offset, got);
+        return got;
+      },
+      name);
 }
 
 // ---- Writing --------------------------------------------------------------------------------

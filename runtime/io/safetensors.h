@@ -48,6 +48,11 @@ struct SafetensorsFile {
 // or not matching dtype size x numel.
 SafetensorsFile read_safetensors(const std::string& path);
 
+// The same checks on a whole file's bytes in memory; `name` stands for the file in messages.
+// read_safetensors runs the same parser on the file (tests/fuzz/fuzz_safetensors.cpp fuzzes it
+// through this entry point, without the file system).
+SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::string& name);
+
 // Atomic: writes "<path>.tmp.<pid>", fsyncs it, renames it over `path` and fsyncs the
 // directory, so a crash leaves either the old file or the complete new one at `path`.
 void write_safetensors(const std::string& path, const SafetensorsFile& file);

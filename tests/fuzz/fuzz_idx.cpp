@@ -1,19 +1,20 @@
 // Fuzz target: the IDX reader (runtime/data/idx_reader.h), gzipped or plain, as the images
-// (rank 3) and the labels (rank 1) reader. A dp::Error is the expected answer to bad input; the
-// reader must never allocate much beyond what the file holds (libFuzzer's malloc limit).
+// (rank 3) and the labels (rank 1) reader, through parse_idx_ubyte (the parser read_idx_ubyte
+// runs on a file's bytes). Input: the file's bytes. A dp::Error is the expected answer to bad
+// input; the reader must never allocate much beyond what the input holds (libFuzzer's
+// -malloc_limit_mb and -rss_limit_mb make that a finding).
 #include <cstdint>
 #include <cstdlib>
+#include <span>
 
-#include "memory_file.h"
-#include "runtime/data/idx_reader.h"
 #include "runtime/core/error.h"
+#include "runtime/data/idx_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static dp::fuzz::MemoryFile file;
-  const std::string& path = file.write(data, size);
+  const std::span<const uint8_t> bytes(data, size);
   for (int rank : {3, 1}) {
     try {
-      const dp::IdxArray a = dp::read_idx_ubyte(path, rank);
+      const dp::IdxArray a = dp::parse_idx_ubyte(bytes, rank, "fuzz.idx");
       // What it returns is consistent: rank dims, and exactly their product in bytes.
       // (A zero dim makes the others arbitrary: 128-bit, so their product cannot overflow.)
       unsigned __int128 n = 1;

@@ -262,5 +262,38 @@ TEST(Config, MetricsFileStaysInsideTheOutputDir) {
   EXPECT_THAT(load_error("run: {metrics_file: ''}"), HasSubstr("expected a file name relative to run.output_dir"));
 }
 
+// Found by tests/fuzz/fuzz_config's round trip: -.inf passed the "finite number" check, and the
+// resolved YAML (mean: -inf) did not load back.
+TEST(Config, MeanMustBeFinite) {
+  for (const char* value : {"-.inf", ".inf", "-.Inf", ".nan"}) {
+    EXPECT_THAT(load_error(std::string("data: {mean: ") + value + "}"),
+                HasSubstr("test.yaml:1: data.mean: expected a finite number, got "))
+        << value;
+  }
+  EXPECT_THAT(load_error("", {"data.mean=-.inf"}), HasSubstr("--set data.mean=-.inf: data.mean: expected a finite number"));
+  const Config c = config_from_yaml_string("data: {mean: -1e308}", "t.yaml");
+  EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
+}
+
+// Found by tests/fuzz/fuzz_config's round trip: yaml-cpp writes a string that ends in a CR
+// unquoted, so a run named "exp\r" came back from the resolved YAML as an empty value. String
+// values are one line of printable text.
+TEST(Config, StringValuesRefuseControlCharacters) {
+  EXPECT_EQ(load_error(R"(run: {name: "exp\r"})"),
+            "test.yaml:1: run.name: expected a string without control characters, got one with byte 0x0D");
+  EXPECT_EQ(load_error("", {R"(run.output_dir="runs/a\nb")"}),
+            R"(--set run.output_dir="runs/a\nb": run.output_dir: expected a string without control characters, )"
+            "got one with byte 0x0A");
+  EXPECT_THAT(load_error(R"(run: {metrics_file: "m\0.jsonl"})"),
+              HasSubstr("run.metrics_file: expected a file name without control characters, got one with byte 0x00"));
+  EXPECT_THAT(load_error(R"(optimizer: {exclude_names: ["bn\t"]})"),
+              HasSubstr("optimizer.exclude_names[0]: expected a string without control characters"));
+  EXPECT_THAT(load_error(R"(data: {root: "/data\x7f"})"), HasSubstr("data.root: expected a string without control"));
+  // Other text, non-ASCII included, still loads and round-trips.
+  const Config c = config_from_yaml_string(R"(run: {name: "Lauf ü ✓ 'q' \"dq\" #1: x", output_dir: " runs/sp "})", "t.yaml");
+  EXPECT_EQ(c.run.name, "Lauf ü ✓ 'q' \"dq\" #1: x");
+  EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
+}
+
 }  // namespace
 }  // namespace dp

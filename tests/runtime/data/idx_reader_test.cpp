@@ -283,5 +283,59 @@ TEST(FashionMnistReal, LoadsBothSplits) {
   EXPECT_EQ(per_class, std::vector<int64_t>(FashionMnist::kNumClasses, 6000));  // balanced classes
 }
 
+// ---- Bytes in memory (the parser read_idx_ubyte runs; tests/fuzz/fuzz_idx) -------------------
+
+std::vector<uint8_t> gzip_bytes(const std::vector<uint8_t>& plain) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::vector<uint8_t> out(deflateBound(&z, plain.size()));
+  z.next_in = const_cast<Bytef*>(plain.data());
+  z.avail_in = static_cast<uInt>(plain.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST_F(IdxFilesTest, ParsingBytesInMemoryGivesWhatReadingTheFileGives) {
+  const std::vector<uint8_t> plain = idx_bytes(kImagesMagic, {3, 2, 4}, iota_bytes(3 * 2 * 4));
+  write_gz(dir / "images.gz", plain);
+  const std::vector<uint8_t> gz = read_plain(dir / "images.gz");
+  for (const std::vector<uint8_t>* bytes : {&plain, &gz}) {
+    const IdxArray array = parse_idx_ubyte(*bytes, 3, "images");
+    EXPECT_EQ(array.dims, (Shape{3, 2, 4}));
+    EXPECT_EQ(array.data, iota_bytes(3 * 2 * 4));
+  }
+  // Errors name what the caller called the bytes.
+  const std::vector<uint8_t> cut(plain.begin(), plain.begin() + 3);
+  EXPECT_EQ(error_of([&] { parse_idx_ubyte(cut, 3, "in-memory"); }), "'in-memory': too short for an IDX header (3 bytes)");
+  EXPECT_NE(error_of([&] { parse_idx_ubyte(gzip_bytes(cut), 3, "in-memory"); }).find("'in-memory': too short"),
+            std::string::npos);
+}
+
+// As zlib's gzread did when the reader opened files with gzopen (and as gzip -d does): gzip
+// members one after another are one stream, and what follows the last one is ignored.
+TEST_F(IdxFilesTest, ConcatenatedGzipMembersAreOneStreamAndTrailingBytesAreIgnored) {
+  const std::vector<uint8_t> plain = idx_bytes(kLabelsMagic, {6}, {1, 2, 3, 4, 5, 6});
+  std::vector<uint8_t> two = gzip_bytes({plain.begin(), plain.begin() + 7});
+  const std::vector<uint8_t> second = gzip_bytes({plain.begin() + 7, plain.end()});
+  two.insert(two.end(), second.begin(), second.end());
+  EXPECT_EQ(parse_idx_ubyte(two, 1, "two-members").data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6}));
+  std::vector<uint8_t> trailing = gzip_bytes(plain);
+  trailing.insert(trailing.end(), {'x', 'y', 0x1F});
+  EXPECT_EQ(parse_idx_ubyte(trailing, 1, "trailing").data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6}));
+  // A member cut short is truncation, not the end, even when only its trailer (CRC-32, length)
+  // is missing; a wrong CRC is corruption.
+  std::vector<uint8_t> cut = gzip_bytes(plain);
+  cut.resize(cut.size() - 4);
+  EXPECT_EQ(error_of([&] { parse_idx_ubyte(cut, 1, "cut"); }), "'cut': the gzip stream ends early (file truncated?)");
+  std::vector<uint8_t> bad_crc = gzip_bytes(plain);
+  bad_crc[bad_crc.size() - 8] ^= 1;
+  EXPECT_NE(error_of([&] { parse_idx_ubyte(bad_crc, 1, "bad-crc"); }).find("'bad-crc': corrupt gzip stream (incorrect data check)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dp

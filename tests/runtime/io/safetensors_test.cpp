@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -436,6 +437,58 @@ TEST(SafetensorsFixtures, EveryFixtureReadsAndIsComplete) {
   EXPECT_LT(total, 200u * 1024u) << "fixtures should stay small";
 }
 #endif
+
+// ---- Bytes in memory (the parser read_safetensors runs; tests/fuzz/fuzz_safetensors) ---------
+
+TEST_F(SafetensorsTest, ParsingBytesInMemoryGivesWhatReadingTheFileGives) {
+  SafetensorsFile f;
+  f.add("w", random_entry("F32", {2, 3}, 1));
+  f.add("empty", random_entry("I64", {0}, 2));
+  f.add("s", random_entry("BF16", {}, 3));
+  f.metadata["format"] = "pt";
+  const std::string p = path("m.safetensors");
+  write_safetensors(p, f);
+  const std::string bytes = read_all(p);
+  const auto span = std::as_bytes(std::span<const char>(bytes.data(), bytes.size()));
+  const SafetensorsFile from_file = read_safetensors(p);
+  const SafetensorsFile from_memory = parse_safetensors(span, "m.safetensors");
+  ASSERT_EQ(from_memory.tensors.size(), from_file.tensors.size());
+  for (size_t i = 0; i < from_file.tensors.size(); ++i) {
+    EXPECT_EQ(from_memory.tensors[i].first, from_file.tensors[i].first);
+    EXPECT_EQ(from_memory.tensors[i].second.dtype, from_file.tensors[i].second.dtype);
+    EXPECT_EQ(from_memory.tensors[i].second.shape, from_file.tensors[i].second.shape);
+    EXPECT_EQ(from_memory.tensors[i].second.data, from_file.tensors[i].second.data);
+  }
+  EXPECT_EQ(from_memory.metadata, from_file.metadata);
+  // Errors name what the caller called the bytes; every cut is an error, as for a file.
+  try {
+    parse_safetensors(span.first(5), "in-memory");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'in-memory' is truncated: 5 bytes"), std::string::npos) << e.what();
+  }
+  for (size_t len = 0; len < span.size(); ++len)
+    EXPECT_THROW(parse_safetensors(span.first(len), "cut"), Error) << "truncated to " << len;
+}
+
+// Found with tests/fuzz/fuzz_safetensors (seed corpus/safetensors/regression_deep_nesting): nlohmann::json
+// copies values recursively while it parses (an ordered_json object growing) and prints them
+// recursively (our error messages), so a header of brackets nested a million deep crashed the
+// reader with a stack overflow instead of an error.
+TEST_F(SafetensorsTest, AHeaderNestedTooDeepIsAnErrorNotAStackOverflow) {
+  const auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  const std::string refused = "header nests lists or objects more than 64 deep";
+  expect_read_error(raw_file(R"({"a": {"dtype": "F32", "shape": )" + nested(1'000'000) + R"(, "data_offsets": [0, 0]}})", 0),
+                    refused);
+  expect_read_error(raw_file(R"({"a": )" + nested(1'000'000) + "}", 0), refused);
+  expect_read_error(raw_file(R"({"__metadata__": {"k": )" + nested(1'000'000) + "}}", 0), refused);
+  // The limit: the header, an entry and 62 levels of shape lists is 64 deep and parses (then is
+  // refused as a shape); one more level is too deep.
+  expect_read_error(raw_file(R"({"a": {"dtype": "F32", "shape": )" + nested(62) + R"(, "data_offsets": [0, 0]}})", 0),
+                    "shape must be a list of non-negative integers");
+  expect_read_error(raw_file(R"({"a": {"dtype": "F32", "shape": )" + nested(63) + R"(, "data_offsets": [0, 0]}})", 0),
+                    refused);
+}
 
 }  // namespace
 }  // namespace dp
