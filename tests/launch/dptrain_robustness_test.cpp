@@ -159,6 +159,23 @@ TEST_F(Robustness, HugeEvalBatchEvaluatesTheWholeTestSetInOneBatch) {
   EXPECT_THAT(metrics(), HasSubstr("\"test_accuracy\""));
 }
 
+// Class 2: loader buffers beyond the machine are refused before anything is allocated. The
+// largest buffers Fashion-MNIST allows (batch 60000 and eval batch 10000, prefetch 64: 65
+// batches each of 784 floats + a label per sample) are ~13.3 GiB, so this can only be checked on
+// a machine with less than twice that (CI's has 24 GiB); on a bigger one such a run is legal.
+TEST_F(Robustness, LoaderBuffersOverHalfTheMemoryAreRefusedBeforeAllocating) {
+  const double sample_bytes = 784 * sizeof(float) + sizeof(int64_t);
+  const double largest = (60000 + 10000) * sample_bytes * 65;
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (largest <= memory / 2)
+    GTEST_SKIP() << "this machine has " << memory / (1 << 30) << " GiB: the largest loader buffers ("
+                 << largest / (1 << 30) << " GiB) fit in half of it";
+  const ProgramResult r = run("--config " + config("data: {batch_size: 60000, eval_batch_size: 10000, prefetch: 64}\n"));
+  expect_error(r, "the data loaders' batch buffers would take 13.3 GiB");
+  EXPECT_THAT(r.output, HasSubstr("lower data.prefetch or the batch sizes")) << r.output;
+  EXPECT_FALSE(fs::exists(out() / "metrics.jsonl") && metrics().find("\"event\":\"step\"") != std::string::npos);
+}
+
 // Class 5: the metrics file ends with why the run ended, an error included.
 TEST_F(Robustness, DivergenceNamesTheStepAndEndsTheMetricsFile) {
   const ProgramResult r = run("--config " + config("optimizer: {lr: 1e30}\n") + " --set run.max_steps=40");
