@@ -41,6 +41,8 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::LarsUpdate: return "lars_update";
     case Kernel::LarsTrustRatios: return "lars_trust_ratios";
     case Kernel::SquaredNorms: return "squared_norms";
+    case Kernel::AmpUnscaleAndCheck: return "amp_unscale_and_check";
+    case Kernel::AmpUpdateScale: return "amp_update_scale";
     case Kernel::kCount: break;
   }
   return "?";

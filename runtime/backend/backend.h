@@ -50,6 +50,7 @@ enum class Kernel : uint8_t {
   SoftmaxForward, SoftmaxBackward, CrossEntropyForward, CrossEntropyBackward,
   EmbeddingForward, EmbeddingBackward,
   SgdUpdate, AdamwUpdate, LambDirection, LarsUpdate, LarsTrustRatios, SquaredNorms,
+  AmpUnscaleAndCheck, AmpUpdateScale,
   kCount
 };
 
@@ -271,6 +272,26 @@ class Backend {
   // mix), out float64 [xs.size()] contiguous. One call covers every tensor (global-norm
   // clipping, LARS/LAMB per-tensor norms).
   virtual void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) { unsupported("squared_norms"); }
+
+  // ---- Dynamic loss scaling, decided on the device (optim/grad_scaler.h) ----
+  // PyTorch's _amp_foreach_non_finite_check_and_unscale_: every grads[k] (contiguous, floating,
+  // any mix of dtypes the backend supports) is multiplied in place by inv = 1/scale[0] (the
+  // reciprocal taken in double and rounded to float32, as GradScaler's inv_scale), the product
+  // in float32 (float64 for float64 gradients), and found_inf[0] is set to 1 when any value was
+  // inf or NaN. found_inf is never cleared here: several calls in one step accumulate, and the
+  // caller zeroes it after the scale update. found_inf and scale: float32, one element, on this
+  // device.
+  virtual void amp_unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                     const Tensor& scale) { unsupported("amp_unscale_and_check"); }
+  // PyTorch's _amp_update_scale_, in place: when found_inf[0] ≠ 0, scale ·= backoff_factor and
+  // growth_tracker = 0; otherwise growth_tracker + 1 reaching growth_interval grows the scale by
+  // growth_factor (unless that is not finite in float32: the scale then stays) and resets the
+  // tracker, else the tracker counts up. Products in double, stored as float32. scale and
+  // found_inf: float32, growth_tracker: int32, one element each, on this device.
+  virtual void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                                double growth_factor, double backoff_factor, int64_t growth_interval) {
+    unsupported("amp_update_scale");
+  }
 
  protected:
   // For kernels a backend does not provide: throws "<op>: no <CPU|CUDA> kernel (device ...)".

@@ -25,6 +25,8 @@ bool CpuBackend::supports(Kernel kernel, DType dtype) const {
   switch (kernel) {
     case Kernel::Copy: case Kernel::Fill: case Kernel::Arange: return true;
     case Kernel::Random: return is_floating(dtype);
+    // The loss scale is float32, as PyTorch's GradScaler keeps it.
+    case Kernel::AmpUpdateScale: return dtype == kFloat32;
     default: return dtype == kFloat32 || dtype == kFloat64;
   }
 }

@@ -99,6 +99,8 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
   const bool floating = is_floating(dtype);
   switch (kernel) {
     case Kernel::Copy: case Kernel::Fill: case Kernel::Arange: return true;
+    // The loss scale is float32, as PyTorch's GradScaler keeps it.
+    case Kernel::AmpUpdateScale: return dtype == kFloat32;
     // Optimiser state and norms stay in float32/float64 (master weights; mixed precision keeps
     // parameters in float32).
     case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:

@@ -222,6 +222,10 @@ class CudaBackend final : public Backend {
   void lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,
                          const Tensor& out) override;
   void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) override;
+  void amp_unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                             const Tensor& scale) override;
+  void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                        double growth_factor, double backoff_factor, int64_t growth_interval) override;
 
   // ---- For the kernel front-ends ----
   // The device's view of the error record kernels write (NOTE [ Device errors ]).

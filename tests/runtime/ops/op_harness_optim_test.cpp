@@ -1,7 +1,8 @@
 // Op harness table: the fused optimiser kernels, called as optim/*.cpp call them, compared
 // forward-only on the updated buffers (sgd_update with nesterov/dampening/first_step,
 // adamw_update, lamb_direction, lars_update in both forms and with device trust ratios from
-// lars_trust_ratios, squared_norms over several tensors).
+// lars_trust_ratios, squared_norms over several tensors), and the loss-scaling pair
+// (amp_unscale_and_check, amp_update_scale).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -132,6 +133,26 @@ std::vector<OpCase> optimizer_cases() {
                      return V{out};
                    },
                    false});
+
+  // ---- amp_unscale_and_check, then amp_update_scale (GradScaler's step): finite gradients grow
+  // the scale (growth_interval 1); an inf in the second tensor sets the verdict and backs it off ----
+  auto amp_case = [&](const std::string& name, bool with_inf) {
+    cases.push_back({name, {Kernel::AmpUnscaleAndCheck, Kernel::AmpUpdateScale},
+                     {buffer("grad_a", 257, -1e4, 1e4), buffer("grad_b", 1031, -1e4, 1e4), buffer("grad_c", 3)},
+                     [with_inf](const V& v) {
+                       const Device d = v[0].device();
+                       if (with_inf) Tensor(v[1]).narrow(0, 1000, 1).fill_(std::numeric_limits<double>::infinity());
+                       Tensor found = scalar_tensor(0, kFloat32, d);
+                       Tensor scale = scalar_tensor(3.0, kFloat32, d);
+                       Tensor tracker = scalar_tensor(0, kInt32, d);
+                       d.backend().amp_unscale_and_check(v, found, scale);
+                       d.backend().amp_update_scale(scale, tracker, found, 2.0, 0.5, 1);
+                       return V{v[0], v[2], found, scale, tracker.to(kFloat32)};
+                     },
+                     false});
+  };
+  amp_case("amp_unscale_finite_then_grow_scale", false);
+  amp_case("amp_unscale_with_inf_then_back_off", true);
   return cases;
 }
 
