@@ -354,6 +354,17 @@ Section<LossConfig> loss_section() {
   return {"loss", &Config::loss, {field("label_smoothing", &LossConfig::label_smoothing, fraction())}, nullptr};
 }
 
+Section<LossScaleConfig> loss_scale_section() {
+  return {"loss_scale", &Config::loss_scale,
+          {field("enabled", &LossScaleConfig::enabled, boolean()),
+           field("init_scale", &LossScaleConfig::init_scale,
+                 number_in(0.0, true, std::numeric_limits<float>::max(), "a positive number up to 3.4e38 (float32)", true)),
+           field("growth_factor", &LossScaleConfig::growth_factor, number_in(1.0, true, 65536.0, "a number in (1, 65536]", true)),
+           field("backoff_factor", &LossScaleConfig::backoff_factor, number_in(0.0, true, 1.0, "a number in (0, 1)")),
+           field("growth_interval", &LossScaleConfig::growth_interval, integer_in(1, std::numeric_limits<int32_t>::max()))},
+          nullptr};
+}
+
 constexpr std::array<std::string_view, 2> kCommBackends = {"auto", "mpi"};
 constexpr std::array<std::string_view, 2> kBufferSyncs = {"broadcast", "average"};
 
@@ -378,6 +389,7 @@ void for_each_section(Fn&& fn) {
   fn(optimizer_section());
   fn(schedule_section());
   fn(loss_section());
+  fn(loss_scale_section());
   fn(distributed_section());
 }
 

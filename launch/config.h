@@ -102,6 +102,15 @@ struct LossConfig {
   double label_smoothing = 0.0;
 };
 
+// Dynamic loss scaling (torch.cuda.amp.GradScaler's semantics and defaults; optim/grad_scaler.h).
+struct LossScaleConfig {
+  bool enabled = false;
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
 // Data-parallel training (issue 3). data.batch_size is the GLOBAL batch: each of the world's
 // ranks takes batch_size / world_size of it.
 struct DistributedConfig {
@@ -121,6 +130,7 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   LossConfig loss;
+  LossScaleConfig loss_scale;
   DistributedConfig distributed;
 };
 

@@ -20,6 +20,7 @@
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "optim/registry.h"
 #include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
@@ -138,6 +139,13 @@ double physical_memory_bytes() {
 // more than the machine has is checked here, before any buffer is allocated or step taken: a
 // mistake costs seconds and names the keys to change, instead of a run that "succeeds" on zero
 // steps or an out-of-memory kill with no message.
+// A loss scale for messages: 65536, 1.5e+38.
+std::string scale_text(double scale) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", scale);
+  return text;
+}
+
 struct DataPlan {
   int64_t shard_size = 0;       // training samples this rank visits per epoch
   int64_t per_rank_batch = 0;
@@ -371,6 +379,14 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // NOTE [ Schedule clock ] (optim/lr_schedule.h): advanced only by applied steps when
   // schedule.count_skipped_steps is false.
   ScheduleClock clock(*schedule, config.schedule.count_skipped_steps);
+  // NOTE [ Loss scaling on the device ] (optim/grad_scaler.h): off unless loss_scale.enabled.
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = config.loss_scale.enabled;
+  scaler_options.init_scale = config.loss_scale.init_scale;
+  scaler_options.growth_factor = config.loss_scale.growth_factor;
+  scaler_options.backoff_factor = config.loss_scale.backoff_factor;
+  scaler_options.growth_interval = config.loss_scale.growth_interval;
+  GradScaler scaler(device, scaler_options);
 
   {
     std::ostringstream os;
@@ -412,7 +428,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     Clock::time_point window_start = epoch_start;
     Tensor window_loss = zeros({}, kFloat32, device);  // summed on the device: no per-step sync
     Tensor epoch_loss = zeros({}, kFloat64, device);
-    int64_t window_steps = 0, window_samples = 0, epoch_samples = 0, step_in_epoch = 0;
+    int64_t window_steps = 0, window_samples = 0, epoch_samples = 0, step_in_epoch = 0, window_skipped = 0;
     while (true) {
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = train_loader->next();
@@ -427,7 +443,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       Tensor loss = cross_entropy(logits, labels, Reduction::Mean, -100, config.loss.label_smoothing);
       profiler.begin(Phase::Backward);
       if (reducer) reducer->prepare_for_backward(/*sync=*/true);
-      loss.backward();
+      scaler.scale(loss).backward();
       if (reducer) {
         profiler.begin(Phase::Comm);
         const ReducerStepStats cs = reducer->finish();
@@ -440,23 +456,40 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         ++last_bucket_counts[cs.last_bucket];
       }
       profiler.begin(Phase::Optimizer);
-      // A gradient overflow (non-finite global norm, seen when clipping) skips the step.
+      // Loss scaling: the gradients are unscaled after the all-reduce (every rank then takes the
+      // same decision) and before clipping (which sees the true norm). A gradient overflow (a
+      // non-finite value found by the scaler, or a non-finite global norm when clipping) skips
+      // the step; under loss scaling that is routine while the scale settles, so it is counted,
+      // not printed.
+      scaler.unscale(parameters);
       bool applied = true;
       if (config.optimizer.clip_grad_norm > 0) {
         const double norm = clip_grad_norm_(parameters, config.optimizer.clip_grad_norm);
         applied = std::isfinite(norm);
-        if (!applied) console.line("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(norm) +
-                                   " is not finite; the optimiser step is skipped");
+        if (!applied && !scaler.enabled())
+          console.line("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(norm) +
+                       " is not finite; the optimiser step is skipped");
       }
       if (applied) {
         optimizer->set_lr(lr);
-        optimizer->step();
+        applied = scaler.step(*optimizer);
+      }
+      scaler.update();
+      if (applied) {
         skipped_in_a_row = 0;
-      } else if (++skipped_in_a_row >= config.run.max_skipped_steps) {
-        throw Error("step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + "): the optimiser step "
-                    "was skipped " + std::to_string(skipped_in_a_row) + " times in a row (non-finite gradient norm): "
-                    "the run has diverged (run.max_skipped_steps is " + std::to_string(config.run.max_skipped_steps) +
-                    "). Lower optimizer.lr or add warmup (schedule.warmup_epochs)");
+      } else {
+        ++window_skipped;
+        ++report.skipped_steps;
+        if (++skipped_in_a_row >= config.run.max_skipped_steps) {
+          const std::string why = scaler.enabled() ? "non-finite gradients at every loss scale down to " +
+                                                         scale_text(scaler.get_scale())
+                                                   : std::string("non-finite gradient norm");
+          throw Error("step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) +
+                      "): the optimiser step was skipped " + std::to_string(skipped_in_a_row) + " times in a row (" +
+                      why + "): the run has diverged (run.max_skipped_steps is " +
+                      std::to_string(config.run.max_skipped_steps) +
+                      "). Lower optimizer.lr or add warmup (schedule.warmup_epochs)");
+        }
       }
       clock.step_done(applied);
       optimizer->zero_grad(/*set_to_none=*/true);
@@ -495,6 +528,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
             phases[phase_name(static_cast<Phase>(p))] = profiler.ms_per_step(static_cast<Phase>(p));
           nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", lr},
                                 {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}};  // global
+          if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", window_skipped}};
           if (window_synced > 0 && !device.is_cpu())  // NCCL: only the exposed part is measured (device time)
             rec["comm"] = {{"exposed_ms", profiler.ms_per_step(Phase::Comm)}};
           else if (window_synced > 0)
@@ -506,7 +540,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         window_comm_ms = window_exposed_ms = 0;
         window_synced = 0;
         window_loss = zeros({}, kFloat32, device);
-        window_steps = window_samples = 0;
+        window_steps = window_samples = window_skipped = 0;
         window_start = Clock::now();
       }
       if ((stop_signal = stop_vote.after_step())) break;
@@ -611,6 +645,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     console.line(line);
   }
   // Shampoo's cost is its roots: say how many, how many failed, and rank 0's share of the time.
+  if (scaler.enabled())
+    console.line("loss scale " + scale_text(scaler.get_scale()) + " at the end; " +
+                 std::to_string(report.skipped_steps) + " of " + std::to_string(step) +
+                 " optimiser steps skipped for a gradient overflow");
   const auto* shampoo = dynamic_cast<const Shampoo*>(optimizer.get());
   if (shampoo) {
     char line[300];
@@ -630,6 +668,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
                                                                                      : "completed";
     nlohmann::json rec = {{"event", "end"}, {"reason", reason}, {"steps", step},
                           {"peak_rss_mib", report.peak_rss_mib}, {"model_digest", digest}};
+    if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", report.skipped_steps}};
     if (shampoo)
       rec["shampoo"] = {{"root_computations", shampoo->root_computations()},
                         {"root_failures", shampoo->root_failures()},

@@ -295,5 +295,26 @@ TEST(Config, StringValuesRefuseControlCharacters) {
   EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
 }
 
+TEST(Config, LossScaleKeysHaveTheirRanges) {
+  const Config d = config_from_yaml_string("", "t.yaml");
+  EXPECT_FALSE(d.loss_scale.enabled);
+  EXPECT_EQ(d.loss_scale.init_scale, 65536.0);
+  EXPECT_EQ(d.loss_scale.growth_factor, 2.0);
+  EXPECT_EQ(d.loss_scale.backoff_factor, 0.5);
+  EXPECT_EQ(d.loss_scale.growth_interval, 2000);
+  EXPECT_THAT(load_error("loss_scale: {init_scale: 0}"), HasSubstr("loss_scale.init_scale: expected a positive number up to 3.4e38"));
+  EXPECT_THAT(load_error("loss_scale: {init_scale: 1e39}"), HasSubstr("loss_scale.init_scale: expected a positive number up to 3.4e38"));
+  EXPECT_THAT(load_error("loss_scale: {growth_factor: 1}"), HasSubstr("loss_scale.growth_factor: expected a number in (1, 65536]"));
+  EXPECT_THAT(load_error("loss_scale: {backoff_factor: 1}"), HasSubstr("loss_scale.backoff_factor: expected a number in (0, 1)"));
+  EXPECT_THAT(load_error("loss_scale: {backoff_factor: 0}"), HasSubstr("loss_scale.backoff_factor: expected a number in (0, 1)"));
+  EXPECT_THAT(load_error("loss_scale: {growth_interval: 0}"), HasSubstr("loss_scale.growth_interval: expected an integer in [1, 2147483647]"));
+  EXPECT_THAT(load_error("loss_scale: {enable: true}"), HasSubstr("loss_scale"));
+  const Config c = config_from_yaml_string(
+      "loss_scale: {enabled: true, init_scale: 1024, growth_factor: 4, backoff_factor: 0.25, growth_interval: 7}", "t.yaml");
+  EXPECT_TRUE(c.loss_scale.enabled);
+  EXPECT_EQ(c.loss_scale.growth_interval, 7);
+  EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
+}
+
 }  // namespace
 }  // namespace dp

@@ -116,6 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"StepsSkippedInARow", "optimizer: {lr: 1e30, clip_grad_norm: 1}\n",
                 "--set run.max_steps=200 --set run.max_skipped_steps=3 --set run.log_every=1000",
                 "the optimiser step was skipped 3 times in a row (non-finite gradient norm): the run has diverged"},
+        BadCase{"LossScaleOverflowsAtEveryScale", "optimizer: {lr: 1e30}\nloss_scale: {enabled: true}\n",
+                "--set run.max_steps=200 --set run.max_skipped_steps=3 --set run.log_every=1000",
+                "the optimiser step was skipped 3 times in a row (non-finite gradients at every loss scale down to"},
         // Class 6: config shapes.
         BadCase{"DuplicatedKey", "optimizer: {lr: 0.1, lr: 0.2}\n", "", "optimizer.lr: given twice (first at line 3)"},
         BadCase{"ScalarSectionWithSet", "data: 5\n", "--set data.batch_size=8", "data: expected a mapping of keys"},
