@@ -180,12 +180,21 @@ IdxArray parse_idx_ubyte(std::span<const uint8_t> bytes, int expected_rank, cons
            with_zlib_detail(detail::concat("'", name, "': truncated IDX header: expected ", dim_bytes.size(),
                                            " bytes of dimensions, got ", dims_got), stream));
   IdxArray array;
+  // The product saturates at kMaxPayloadBytes + 1 (any zero dimension makes it 0): a capped
+  // product times a 32-bit dimension can exceed 64 bits, and a wrapped product once let
+  // dimensions [65536, 131072, 2^31] pass as an empty payload (found by tests/fuzz/fuzz_idx).
   uint64_t payload_bytes = 1;
+  bool has_zero_dim = false;
   for (int d = 0; d < rank; ++d) {
     const uint32_t size = load_be32(&dim_bytes[4 * static_cast<size_t>(d)]);
     array.dims.push_back(static_cast<int64_t>(size));
-    payload_bytes = size == 0 ? 0 : std::min(payload_bytes * size, kMaxPayloadBytes + 1);
+    has_zero_dim = has_zero_dim || size == 0;
+    uint64_t product = 0;
+    payload_bytes = __builtin_mul_overflow(payload_bytes, uint64_t{size}, &product)
+                        ? kMaxPayloadBytes + 1
+                        : std::min(product, kMaxPayloadBytes + 1);
   }
+  if (has_zero_dim) payload_bytes = 0;
   DP_CHECK(payload_bytes <= kMaxPayloadBytes, "'", name, "': IDX header claims dimensions ", shape_str(array.dims),
            ", more than ", kMaxPayloadBytes, " bytes; the header is corrupt");
 

@@ -171,6 +171,21 @@ TEST_F(IdxFilesTest, AHugeClaimOverLittleDataFailsWithoutAllocatingTheClaim) {
   }
 }
 
+// Found by tests/fuzz/fuzz_idx in CI: the size product was capped only after multiplying, so
+// dimensions whose true product is 2^64 wrapped to 0 and a 16-byte header passed as an empty
+// array claiming 2^64 images' worth of dimensions. Zero dimensions still mean an empty payload.
+TEST_F(IdxFilesTest, DimensionsWhoseProductOverflows64BitsAreRefused) {
+  for (const std::vector<uint32_t>& dims : std::vector<std::vector<uint32_t>>{
+           {1u << 16, 1u << 17, 1u << 31}, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {1u << 31, 1u << 31, 4}}) {
+    const std::vector<uint8_t> header = idx_bytes(kImagesMagic, dims, {});
+    const std::string message = error_of([&] { parse_idx_ubyte(header, 3, "images"); });
+    EXPECT_NE(message.find("more than 17179869184 bytes; the header is corrupt"), std::string::npos) << message;
+  }
+  const IdxArray empty = parse_idx_ubyte(idx_bytes(kImagesMagic, {0xFFFFFFFFu, 0, 0xFFFFFFFFu}, {}), 3, "images");
+  EXPECT_EQ(empty.dims, (Shape{0xFFFFFFFF, 0, 0xFFFFFFFF}));
+  EXPECT_TRUE(empty.data.empty());
+}
+
 TEST_F(IdxFilesTest, RejectsTruncatedHeader) {
   write_gz(dir / "images.gz", {0x00, 0x00, 0x08, 0x03, 0x00, 0x00, 0x00, 0x02, 0x00});
   const std::string message = error_of([&] { read_idx_ubyte((dir / "images.gz").string(), 3); });
