@@ -244,6 +244,7 @@ struct Section {
 };
 
 constexpr std::array<std::string_view, 1> kDatasets = {"fashion_mnist"};
+constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "bf16", "fp16"};
 constexpr std::array<std::string_view, 4> kShampooGraftings = {"none", "sgd", "adagrad", "adam"};
 constexpr std::array<std::string_view, 5> kSchedules = {"constant", "step", "cosine", "poly", "linear"};
 
@@ -260,7 +261,8 @@ Section<RunConfig> run_section() {
            field("deterministic", &RunConfig::deterministic, boolean()),
            field("allow_tf32", &RunConfig::allow_tf32, boolean()),
            field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean()),
-           field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps))},
+           field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps)),
+           field("precision", &RunConfig::precision, one_of(kPrecisions))},
           nullptr};
 }
 
@@ -356,7 +358,7 @@ Section<LossConfig> loss_section() {
 
 Section<LossScaleConfig> loss_scale_section() {
   return {"loss_scale", &Config::loss_scale,
-          {field("enabled", &LossScaleConfig::enabled, boolean()),
+          {field("enabled", &LossScaleConfig::enabled, optional_of(boolean())),
            field("init_scale", &LossScaleConfig::init_scale,
                  number_in(0.0, true, std::numeric_limits<float>::max(), "a positive number up to 3.4e38 (float32)", true)),
            field("growth_factor", &LossScaleConfig::growth_factor, number_in(1.0, true, 65536.0, "a number in (1, 65536]", true)),
@@ -602,5 +604,12 @@ std::string to_yaml(const Config& config) {
 }
 
 bool operator==(const Config& a, const Config& b) { return to_yaml(a) == to_yaml(b); }
+
+DType autocast_dtype_of(const std::string& precision) {
+  if (precision == "bf16") return kBFloat16;
+  if (precision == "fp16") return kFloat16;
+  DP_CHECK(precision == "fp32", "run.precision: expected one of fp32, bf16, fp16, got '", precision, "'");
+  return kFloat32;
+}
 
 }  // namespace dp

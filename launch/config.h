@@ -8,11 +8,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "optim/optimizer_spec.h"
+#include "runtime/core/dtype.h"
 
 namespace dp {
 
@@ -57,6 +59,11 @@ struct RunConfig {
   // GPU: time every cuDNN convolution algorithm once per shape and keep the fastest
   // (torch.backends.cudnn.benchmark); off: cuDNN's heuristic choice.
   bool cudnn_benchmark = true;
+  // Mixed precision (NOTE [ Autocast policy ] in runtime/autograd/autocast.h): fp32 | bf16 |
+  // fp16. bf16/fp16 run matmul, linear and conv in that dtype under autocast, with float32
+  // parameters, gradients and optimiser state; fp16 turns loss scaling on unless
+  // loss_scale.enabled says otherwise.
+  std::string precision = "fp32";
   // A run whose optimiser step is skipped (non-finite gradient norm) this many times in a row has
   // diverged: it stops with an error instead of skipping forever.
   int64_t max_skipped_steps = 10;
@@ -104,7 +111,7 @@ struct LossConfig {
 
 // Dynamic loss scaling (torch.cuda.amp.GradScaler's semantics and defaults; optim/grad_scaler.h).
 struct LossScaleConfig {
-  bool enabled = false;
+  std::optional<bool> enabled;  // unset: on for run.precision fp16 (PyTorch AMP's recipe), else off
   double init_scale = 65536.0;  // 2^16
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
@@ -123,6 +130,9 @@ struct DistributedConfig {
   bool check_agreement = true;         // ranks compare each collective's fingerprint before running it
 };
 
+// The autocast dtype run.precision names: kFloat32 (off), kBFloat16 or kFloat16.
+DType autocast_dtype_of(const std::string& precision);
+
 struct Config {
   RunConfig run;
   DataConfig data;
@@ -132,6 +142,9 @@ struct Config {
   LossConfig loss;
   LossScaleConfig loss_scale;
   DistributedConfig distributed;
+
+  // loss_scale.enabled as given, else on exactly for fp16.
+  bool loss_scaling() const { return loss_scale.enabled.value_or(run.precision == "fp16"); }
 };
 
 // Loads `path` and applies overrides "section.key=value" (value parsed as YAML, so

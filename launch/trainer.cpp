@@ -23,6 +23,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/registry.h"
 #include "optim/shampoo.h"
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/data/batch_uploader.h"
 #include "runtime/data/fashion_mnist.h"
@@ -53,8 +54,10 @@ struct Evaluation {
 
 // Test-set loss and accuracy, with no autograd graph and the model in eval mode. Sums stay on
 // the device until the end (one read, not one per batch).
-Evaluation evaluate(nn::Module& model, DataLoader& loader, BatchUploader& uploader, Device device) {
+// Evaluation runs in the training's precision (`autocast`: kFloat32 for off).
+Evaluation evaluate(nn::Module& model, DataLoader& loader, BatchUploader& uploader, Device device, DType autocast) {
   NoGradGuard no_grad;
+  AutocastGuard amp(autocast);
   model.eval();
   loader.begin_epoch(0);
   Tensor loss_sum = zeros({}, kFloat64, device), correct = zeros({}, kFloat64, device);
@@ -379,20 +382,27 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // NOTE [ Schedule clock ] (optim/lr_schedule.h): advanced only by applied steps when
   // schedule.count_skipped_steps is false.
   ScheduleClock clock(*schedule, config.schedule.count_skipped_steps);
-  // NOTE [ Loss scaling on the device ] (optim/grad_scaler.h): off unless loss_scale.enabled.
+  // NOTE [ Loss scaling on the device ] (optim/grad_scaler.h): on for fp16 unless loss_scale.enabled
+  // says otherwise, off for fp32 and bf16 unless it says so.
   GradScalerOptions scaler_options;
-  scaler_options.enabled = config.loss_scale.enabled;
+  scaler_options.enabled = config.loss_scaling();
   scaler_options.init_scale = config.loss_scale.init_scale;
   scaler_options.growth_factor = config.loss_scale.growth_factor;
   scaler_options.backoff_factor = config.loss_scale.backoff_factor;
   scaler_options.growth_interval = config.loss_scale.growth_interval;
   GradScaler scaler(device, scaler_options);
+  // run.precision: forward and loss under autocast (NOTE [ Autocast policy ]); backward follows
+  // the dtypes the forward chose; parameters, gradients and optimiser state stay float32.
+  const DType autocast = autocast_dtype_of(config.run.precision);
 
   {
     std::ostringstream os;
     os << "model " << config.model.name << ": " << num_params << " parameters on " << device.str() << "; "
        << train_set.size() << " training / " << test_set.size() << " test samples, " << steps_per_epoch
        << " steps per epoch";
+    if (autocast != kFloat32)
+      os << "\nmixed precision: " << config.run.precision << " autocast, float32 master weights, loss scaling "
+         << (scaler.enabled() ? "on" : "off");
     if (world_size > 1)
       os << "\ndata-parallel over " << world_size << " ranks (" << group->backend_name() << "): batch "
          << config.data.batch_size / world_size << " per rank, " << reducer->buckets().size() << " gradient buckets"
@@ -402,7 +412,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   if (metrics)
     metrics->write({{"event", "start"}, {"model", config.model.name}, {"parameters", num_params},
                     {"device", device.str()}, {"threads", config.run.threads}, {"steps_per_epoch", steps_per_epoch},
-                    {"world_size", world_size}});
+                    {"world_size", world_size}, {"precision", config.run.precision}});
 
   // On a terminal the progress line is redrawn often; in a log, every log_every steps.
   const int64_t report_every =
@@ -439,8 +449,12 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
 
       const double lr = clock.lr();
       profiler.begin(Phase::Forward);
-      Tensor logits = model->forward(images);
-      Tensor loss = cross_entropy(logits, labels, Reduction::Mean, -100, config.loss.label_smoothing);
+      Tensor loss;
+      {
+        AutocastGuard amp(autocast);
+        const Tensor logits = model->forward(images);
+        loss = cross_entropy(logits, labels, Reduction::Mean, -100, config.loss.label_smoothing);  // float32
+      }
       profiler.begin(Phase::Backward);
       if (reducer) reducer->prepare_for_backward(/*sync=*/true);
       scaler.scale(loss).backward();
@@ -568,7 +582,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       if (world_size > 1)
         sync_buffers(*model, *model_group,
                      config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
-      if (rank == 0) eval = evaluate(*model, *test_loader, *test_uploader, device);
+      if (rank == 0) eval = evaluate(*model, *test_loader, *test_uploader, device, autocast);
     }
     e.test_loss = eval.loss;
     e.test_accuracy = eval.accuracy;

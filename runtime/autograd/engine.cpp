@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/ops/elementwise.h"
@@ -39,6 +40,8 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
   }
 
   NoGradGuard no_grad;  // backward computations are not themselves recorded
+  // Gradients follow the dtypes the forward chose (NOTE [ Autocast policy ]): no casting here.
+  AutocastGuard no_autocast(kFloat32);
   std::unordered_map<Node*, Tensor> grads;
   grads[root_node.get()] = grad_root;
   // Keep nodes alive while we run them, even if a backward releases the last owner.

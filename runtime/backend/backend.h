@@ -9,7 +9,7 @@
 // so a backend overrides exactly what it implements, and supports(kernel, dtype) says which
 // dtypes it takes (the op harness compares backends on what both support).
 // Dtypes: floating kernels support float32 and float64 on every backend; float16/bfloat16 are
-// supported where supports() says so (casts, copies and fills everywhere).
+// supported where supports() says so (casts, copies and fills everywhere), computed in float32.
 // Kernels run on the backend's stream (CUDA) or its thread pool (CPU); none synchronises
 // with the host except synchronize() and copy_to_host(). Errors in data that only a kernel sees
 // (a class index out of range) are thrown at once by the CPU backend and, on CUDA, recorded on
@@ -191,6 +191,9 @@ class Backend {
   virtual void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) { unsupported("adaptive_avg_pool2d_backward"); }
 
   // ---- Normalisation (contiguous) ----
+  // x, y, dy, dx share one dtype; the per-feature tensors (weight, bias, running and saved
+  // statistics, dweight, dbias) have x's dtype or, for float16/bfloat16 x, float32 (mixed
+  // precision); statistics are computed in float32 or wider.
   // x [N, C, *]. Training: batch statistics, saved mean/invstd [C], running stats (optional in
   // training) updated in place with `momentum` (unbiased variance, as PyTorch). Eval: running
   // stats; save_* unused (may be undefined). weight/bias [C] optional.

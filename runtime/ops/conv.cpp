@@ -1,5 +1,6 @@
 #include "runtime/ops/conv.h"
 
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/node.h"
 
 namespace dp {
@@ -49,7 +50,11 @@ Shape conv2d_output_shape(const Tensor& x, const Tensor& weight, const Tensor& b
 
 // x [N, Cin, H, W], weight [Cout, Cin/groups, KH, KW], bias [Cout] → y [N, Cout, OH, OW]
 // Saved for backward: x when the weight needs a gradient, the weight when x does.
-Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dParams& p) {
+Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bias_cast, const Conv2dParams& p) {
+  // Under autocast the three run in the low-precision dtype (NOTE [ Autocast policy ]).
+  const Tensor x_in = autocast_input(AutocastOp::Conv2d, x_cast);
+  const Tensor weight_in = autocast_input(AutocastOp::Conv2d, weight_cast);
+  const Tensor bias_in = autocast_input(AutocastOp::Conv2d, bias_cast);
   const Shape y_shape = conv2d_output_shape(x_in, weight_in, bias_in, p);
   Tensor x = x_in.detach().contiguous(), weight = weight_in.detach().contiguous();
   Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();

@@ -1,5 +1,6 @@
 #include "runtime/ops/elementwise.h"
 
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
 #include "runtime/ops/reduce.h"
@@ -22,13 +23,33 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// PyTorch's type promotion for two floating operands: the wider dtype, and float32 for float16
+// with bfloat16 (neither holds the other). The casts are differentiable, so each operand's
+// gradient comes back in its own dtype. Integer operands are left to the dtype check.
+DType promoted_dtype(DType a, DType b) {
+  if (a == kFloat64 || b == kFloat64) return kFloat64;
+  return kFloat32;  // a ≠ b, both among float32, float16, bfloat16
+}
+
+struct Operands {
+  Tensor a, b;
+};
+Operands promoted(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype() || !is_floating(a.dtype()) || !is_floating(b.dtype()))
+    return {a, b};
+  const DType t = promoted_dtype(a.dtype(), b.dtype());
+  return {a.to(t), b.to(t)};
+}
+
 Tensor reduce_grad(const Tensor& g, const Shape& shape) {
   return g.shape() == shape ? g : sum_to(g, shape);
 }
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  const Operands ops = promoted(a_in, b_in);
+  const Tensor &a = ops.a, &b = ops.b;
   Tensor out = binary_forward(BinaryOp::Add, a, b);
   Shape as = a.shape(), bs = b.shape();
   record("add", out, {a, b}, [as, bs](const Tensor& g, const Node& n) {
@@ -38,7 +59,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  const Operands ops = promoted(a_in, b_in);
+  const Tensor &a = ops.a, &b = ops.b;
   Tensor out = binary_forward(BinaryOp::Sub, a, b);
   Shape as = a.shape(), bs = b.shape();
   record("sub", out, {a, b}, [as, bs](const Tensor& g, const Node& n) {
@@ -48,7 +71,9 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const Operands ops = promoted(a_in, b_in);
+  const Tensor &a = ops.a, &b = ops.b;
   Tensor out = binary_forward(BinaryOp::Mul, a, b);
   SavedTensor sa = any_requires_grad({&b}) ? SavedTensor(a) : SavedTensor();
   SavedTensor sb = any_requires_grad({&a}) ? SavedTensor(b) : SavedTensor();
@@ -60,7 +85,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  const Operands ops = promoted(a_in, b_in);
+  const Tensor &a = ops.a, &b = ops.b;
   Tensor out = binary_forward(BinaryOp::Div, a, b);
   SavedTensor sb(b), sout = any_requires_grad({&b}) ? SavedTensor(out) : SavedTensor();
   Shape as = a.shape(), bs = b.shape();
@@ -74,7 +101,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor equal(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Equal, a, b); }
+Tensor equal(const Tensor& a, const Tensor& b) {
+  const Operands ops = promoted(a, b);
+  return binary_forward(BinaryOp::Equal, ops.a, ops.b);
+}
 
 namespace {
 Tensor scalar_forward(BinaryOp op, const Tensor& a, double s) {
@@ -97,7 +127,8 @@ Tensor mul(const Tensor& a, double s) {
   return out;
 }
 
-Tensor pow(const Tensor& a, double exponent) {
+Tensor pow(const Tensor& a_in, double exponent) {
+  const Tensor a = autocast_input(AutocastOp::Pow, a_in);
   Tensor out = scalar_forward(BinaryOp::Pow, a, exponent);
   SavedTensor sa(a);
   record("pow", out, {a}, [sa, exponent](const Tensor& g, const Node&) {
@@ -124,10 +155,10 @@ Tensor unary_op(UnaryOp op, const Tensor& x) {
 }
 
 Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x); }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, autocast_input(AutocastOp::Exp, x)); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, autocast_input(AutocastOp::Log, x)); }
 Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, autocast_input(AutocastOp::Rsqrt, x)); }
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
 Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
 Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }

@@ -1,5 +1,6 @@
 #include "runtime/ops/loss.h"
 
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
@@ -74,15 +75,21 @@ Tensor count_valid_targets(const Tensor& target, int64_t ignore_index, DType dty
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+// Under autocast both run in float32 (NOTE [ Autocast policy ]).
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(autocast_input(AutocastOp::Softmax, x), dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(autocast_input(AutocastOp::LogSoftmax, x), dim, true);
+}
 
 // logits [N, C], target int64 [N] → loss 0-d (mean, sum) or [N] (none). The fused kernel writes
 // log_probs [N, C] (saved for backward) and per-sample losses [N]; the reduction runs on the
 // device. Mean over zero counted targets is NaN, as PyTorch.
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction reduction, int64_t ignore_index,
                      double label_smoothing) {
   constexpr const char* op = "cross_entropy";
+  const Tensor logits = autocast_input(AutocastOp::CrossEntropy, logits_in);  // float32 under autocast
   check_floating(op, logits);
   check_same_device(op, logits, target);
   DP_CHECK(logits.dim() == 2 && logits.size(1) >= 1, op, ": expected logits [N, C] with C >= 1, got ",

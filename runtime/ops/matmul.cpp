@@ -1,5 +1,6 @@
 #include "runtime/ops/matmul.h"
 
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
 #include "runtime/ops/reduce.h"
@@ -42,7 +43,9 @@ Tensor gemm_forward(const Tensor& a, const Tensor& b, const char* op) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  // Under autocast both run in the low-precision dtype (NOTE [ Autocast policy ]).
+  const Tensor a = autocast_input(AutocastOp::Matmul, a_in), b = autocast_input(AutocastOp::Matmul, b_in);
   Tensor c = gemm_forward(a, b, "matmul");
   if (any_requires_grad({&a, &b})) {
     SavedTensor sa = b.requires_grad() ? SavedTensor(a) : SavedTensor();
@@ -59,7 +62,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return c;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  // Under autocast the three run in the low-precision dtype (NOTE [ Autocast policy ]).
+  const Tensor x = autocast_input(AutocastOp::Linear, x_in);
+  const Tensor weight = autocast_input(AutocastOp::Linear, weight_in);
+  const Tensor bias = autocast_input(AutocastOp::Linear, bias_in);
+  check_same_device("linear", x, weight);
+  check_floating("linear", x);
+  DP_CHECK(x.dtype() == weight.dtype(), "linear: input ", x.str(), " and weight ", weight.str(),
+           " have different dtypes");
   DP_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got ", weight.str());
   DP_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.str(),
            " does not match weight ", weight.str(), " (expected last dim ", weight.size(1), ")");
@@ -72,6 +83,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined()) {
     DP_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias ", bias.str(),
              " does not match ", out_features, " output features");
+    check_same_device("linear", x, bias);
+    DP_CHECK(bias.dtype() == x.dtype(), "linear: bias ", bias.str(), " and input ", x.str(), " have different dtypes");
     // Fused bias: start C from the broadcast bias and accumulate the product onto it (beta = 1).
     be.copy(bias.detach().unsqueeze(0).expand(y.shape()), y);
     be.gemm(gemm_operand(x2), weight.detach().t(), y, 1.0, 1.0);

@@ -11,14 +11,20 @@ namespace dp {
 
 namespace {
 
+// The dtype normalisation computes its statistics in: float32 for float16/bfloat16 inputs.
+DType statistics_dtype(DType x_dtype) { return x_dtype == kFloat16 || x_dtype == kBFloat16 ? kFloat32 : x_dtype; }
+
 // An optional per-feature tensor (weight, bias, running stats): when defined it must have
-// `shape` and the input's dtype and device.
+// `shape`, the input's device, and the input's dtype or, for a float16/bfloat16 input, float32
+// (mixed precision: float32 parameters and statistics with low-precision activations,
+// NOTE [ Autocast policy ]).
 void check_optional_param(const char* op, const char* name, const Tensor& p, const Shape& shape, const Tensor& x) {
   if (!p.defined()) return;
   DP_CHECK(p.shape() == shape, op, ": ", name, " must have shape ", shape_str(shape), " for input ", x.str(),
            ", got ", p.str());
-  DP_CHECK(p.dtype() == x.dtype(), op, ": ", name, " ", p.str(), " must have the input's dtype (input ", x.str(),
-           ")");
+  DP_CHECK(p.dtype() == x.dtype() || p.dtype() == statistics_dtype(x.dtype()), op, ": ", name, " ", p.str(),
+           " must have the input's dtype",
+           statistics_dtype(x.dtype()) != x.dtype() ? " or float32" : "", " (input ", x.str(), ")");
   check_same_device(op, x, p);
 }
 
@@ -27,14 +33,17 @@ Tensor optional_operand(const Tensor& t, const Shape& shape) {
   return t.defined() ? t.detach().contiguous().view(shape) : Tensor();
 }
 
-// A gradient buffer for input i when backward needs it, else undefined (the kernel skips it).
-// Zero-filled for an empty input x, where the kernel does not run.
-Tensor grad_buffer_if_needed(const Node& node, size_t i, const Shape& shape, const Tensor& x) {
+// A gradient buffer of `dtype` for input i when backward needs it, else undefined (the kernel
+// skips it). Zero-filled for an empty input x, where the kernel does not run.
+Tensor grad_buffer_if_needed(const Node& node, size_t i, const Shape& shape, DType dtype, const Tensor& x) {
   if (!node.needs_input_grad(i)) return Tensor();
-  Tensor buf = Tensor::empty(shape, x.dtype(), x.device());
+  Tensor buf = Tensor::empty(shape, dtype, x.device());
   if (x.numel() == 0) buf.zero_();
   return buf;
 }
+
+// The dtype of a defined parameter, else `fallback` (its gradient is then not needed).
+DType dtype_or(const Tensor& t, DType fallback) { return t.defined() ? t.dtype() : fallback; }
 
 // Running statistics are buffers the kernel updates in place (training) and reads as flat arrays.
 void check_running_stat(const char* name, const Tensor& stat) {
@@ -71,8 +80,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor save_mean, save_invstd;
   if (training) {
-    save_mean = Tensor::empty(channels, x.dtype(), x.device());
-    save_invstd = Tensor::empty(channels, x.dtype(), x.device());
+    save_mean = Tensor::empty(channels, statistics_dtype(x.dtype()), x.device());
+    save_invstd = Tensor::empty(channels, statistics_dtype(x.dtype()), x.device());
   }
   Tensor w = optional_operand(weight, channels), b = optional_operand(bias, channels);
   if (x.numel() > 0)
@@ -93,12 +102,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       save_invstd = rsqrt(running_var.detach() + eps);
     }
     SavedTensor sx(xc), sw(w), smean(save_mean), sinvstd(save_invstd);
+    const DType weight_dtype = dtype_or(weight, x.dtype()), bias_dtype = dtype_or(bias, x.dtype());
     record(op, y, {x, weight, bias}, [=](const Tensor& g, const Node& n) {
-      // g, dx [N, C, *]; dweight, dbias [C]
+      // g, dx [N, C, *] in x's dtype; dweight, dbias [C] in the parameters' dtypes
       Tensor saved_x = sx.get(op);
-      Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x);
-      Tensor dweight = grad_buffer_if_needed(n, 1, channels, saved_x);
-      Tensor dbias = grad_buffer_if_needed(n, 2, channels, saved_x);
+      Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x.dtype(), saved_x);
+      Tensor dweight = grad_buffer_if_needed(n, 1, channels, weight_dtype, saved_x);
+      Tensor dbias = grad_buffer_if_needed(n, 2, channels, bias_dtype, saved_x);
       if (saved_x.numel() > 0)
         saved_x.device().backend().batch_norm_backward(g.contiguous(), saved_x, sw.get(op), smean.get(op),
                                                        sinvstd.get(op), dx, dweight, dbias, training);
@@ -126,20 +136,22 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor xc = x.detach().contiguous().view(rows);
   Tensor w = optional_operand(weight, features), b = optional_operand(bias, features);
   Tensor y = Tensor::empty(rows, x.dtype(), x.device());
-  Tensor save_mean = Tensor::empty({M}, x.dtype(), x.device());
-  Tensor save_rstd = Tensor::empty({M}, x.dtype(), x.device());
+  Tensor save_mean = Tensor::empty({M}, statistics_dtype(x.dtype()), x.device());
+  Tensor save_rstd = Tensor::empty({M}, statistics_dtype(x.dtype()), x.device());
   if (x.numel() > 0) x.device().backend().layer_norm_forward(xc, w, b, y, save_mean, save_rstd, eps);
   Tensor out = y.view(x.shape());
 
   if (any_requires_grad({&x, &weight, &bias})) {
     SavedTensor sx(xc), sw(w), smean(save_mean), srstd(save_rstd);
     const Shape x_shape = x.shape();
+    const DType weight_dtype = dtype_or(weight, x.dtype()), bias_dtype = dtype_or(bias, x.dtype());
     record(op, out, {x, weight, bias}, [=](const Tensor& g, const Node& n) {
-      // g, dx [M, N]; dweight, dbias [N] (returned in the caller's shapes)
+      // g, dx [M, N] in x's dtype; dweight, dbias [N] in the parameters' dtypes (returned in the
+      // caller's shapes)
       Tensor saved_x = sx.get(op);
-      Tensor dx = grad_buffer_if_needed(n, 0, rows, saved_x);
-      Tensor dweight = grad_buffer_if_needed(n, 1, features, saved_x);
-      Tensor dbias = grad_buffer_if_needed(n, 2, features, saved_x);
+      Tensor dx = grad_buffer_if_needed(n, 0, rows, saved_x.dtype(), saved_x);
+      Tensor dweight = grad_buffer_if_needed(n, 1, features, weight_dtype, saved_x);
+      Tensor dbias = grad_buffer_if_needed(n, 2, features, bias_dtype, saved_x);
       if (saved_x.numel() > 0)
         saved_x.device().backend().layer_norm_backward(g.contiguous().view(rows), saved_x, sw.get(op),
                                                        smean.get(op), srstd.get(op), dx, dweight, dbias);

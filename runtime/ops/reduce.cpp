@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
 #include "runtime/ops/elementwise.h"
@@ -48,7 +49,8 @@ Tensor reduce_forward(ReduceOp op, const Tensor& x, const Shape& dims, bool keep
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast_input(AutocastOp::Sum, x_in);  // float32 under autocast
   Shape kept;
   Tensor out = reduce_forward(ReduceOp::Sum, x, dims, keepdim, "sum", &kept);
   Shape in_shape = x.shape();
@@ -60,7 +62,8 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast_input(AutocastOp::Mean, x_in);  // float32 under autocast
   Shape kept;
   Tensor out = reduce_forward(ReduceOp::Mean, x, dims, keepdim, "mean", &kept);
   Shape in_shape = x.shape();

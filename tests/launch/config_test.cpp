@@ -297,7 +297,8 @@ TEST(Config, StringValuesRefuseControlCharacters) {
 
 TEST(Config, LossScaleKeysHaveTheirRanges) {
   const Config d = config_from_yaml_string("", "t.yaml");
-  EXPECT_FALSE(d.loss_scale.enabled);
+  EXPECT_FALSE(d.loss_scale.enabled.has_value());
+  EXPECT_FALSE(d.loss_scaling());
   EXPECT_EQ(d.loss_scale.init_scale, 65536.0);
   EXPECT_EQ(d.loss_scale.growth_factor, 2.0);
   EXPECT_EQ(d.loss_scale.backoff_factor, 0.5);
@@ -311,8 +312,24 @@ TEST(Config, LossScaleKeysHaveTheirRanges) {
   EXPECT_THAT(load_error("loss_scale: {enable: true}"), HasSubstr("loss_scale"));
   const Config c = config_from_yaml_string(
       "loss_scale: {enabled: true, init_scale: 1024, growth_factor: 4, backoff_factor: 0.25, growth_interval: 7}", "t.yaml");
-  EXPECT_TRUE(c.loss_scale.enabled);
+  EXPECT_TRUE(c.loss_scaling());
   EXPECT_EQ(c.loss_scale.growth_interval, 7);
+  EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
+}
+
+// run.precision: the three names, and loss scaling on by default exactly for fp16 (PyTorch
+// AMP's recipe: bf16 has float32's range and needs none), overridable both ways.
+TEST(Config, PrecisionNamesAndTheLossScalingDefault) {
+  EXPECT_EQ(config_from_yaml_string("", "t.yaml").run.precision, "fp32");
+  EXPECT_THAT(load_error("run: {precision: fp8}"), HasSubstr("run.precision: unknown value 'fp8' (expected one of: fp32, bf16, fp16)"));
+  EXPECT_FALSE(config_from_yaml_string("run: {precision: bf16}", "t.yaml").loss_scaling());
+  EXPECT_TRUE(config_from_yaml_string("run: {precision: fp16}", "t.yaml").loss_scaling());
+  EXPECT_FALSE(config_from_yaml_string("run: {precision: fp16}\nloss_scale: {enabled: false}", "t.yaml").loss_scaling());
+  EXPECT_TRUE(config_from_yaml_string("run: {precision: bf16}\nloss_scale: {enabled: true}", "t.yaml").loss_scaling());
+  EXPECT_EQ(autocast_dtype_of("fp32"), kFloat32);
+  EXPECT_EQ(autocast_dtype_of("bf16"), kBFloat16);
+  EXPECT_EQ(autocast_dtype_of("fp16"), kFloat16);
+  const Config c = config_from_yaml_string("run: {precision: fp16}", "t.yaml");
   EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
 }
 

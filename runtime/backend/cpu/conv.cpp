@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
 #include "runtime/backend/cpu/im2col.h"
@@ -182,6 +183,12 @@ const T* output_grad_of(const ConvPlan& plan, const T* dy, int64_t n0, int64_t i
 // x [N, C, H, W], w [K, C/g, KH, KW], bias [K] (optional) → y [N, K, OH, OW]
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                                 const Conv2dParams& p) {
+  if (is_low_precision(y.dtype())) {  // NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp)
+    ComputeOperands f32(kFloat32, y.device());
+    conv2d_forward(f32.in(x), f32.in(w), f32.in(bias), f32.out(y, false), p);
+    f32.finish();
+    return;
+  }
   const ConvPlan plan(x, w, y, p, num_threads_);
   dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
@@ -209,6 +216,12 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 // dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W]
 void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  if (is_low_precision(dx.dtype())) {  // NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp)
+    ComputeOperands f32(kFloat32, dx.device());
+    conv2d_backward_input(f32.in(dy), f32.in(w), f32.out(dx, false), p);
+    f32.finish();
+    return;
+  }
   const ConvPlan plan(dx, w, dy, p, num_threads_);
   dispatch_floating(dy.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
@@ -236,6 +249,12 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
 // dy [N, K, OH, OW], x [N, C, H, W] → dw [K, C/g, KH, KW] (overwritten), dbias [K] (optional)
 void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
+  if (is_low_precision(dw.dtype())) {  // NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp)
+    ComputeOperands f32(kFloat32, dw.device());
+    conv2d_backward_weight(f32.in(dy), f32.in(x), f32.out(dw, false), f32.out(dbias, false), p);
+    f32.finish();
+    return;
+  }
   const ConvPlan plan(x, dw, dy, p, num_threads_);
   dispatch_floating(dy.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);

@@ -24,6 +24,29 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, Fn&& fn) {
   }
 }
 
+// Kernels that take float16/bfloat16 read each value, compute in float32 and round once on
+// store (as PyTorch's CPU kernels): compute_t<T> is the type the arithmetic runs in.
+template <typename T> struct ComputeType { using type = T; };
+template <> struct ComputeType<Eigen::half> { using type = float; };
+template <> struct ComputeType<Eigen::bfloat16> { using type = float; };
+template <typename T> using compute_t = typename ComputeType<T>::type;
+
+inline bool is_low_precision(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
+
+// As dispatch_floating, plus T = Eigen::half and Eigen::bfloat16 (compute in compute_t<T>).
+template <typename Fn>
+decltype(auto) dispatch_floating_and_half(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    case DType::Float16: return fn(Eigen::half{});
+    case DType::BFloat16: return fn(Eigen::bfloat16{});
+    default:
+      throw Error(detail::concat(op, ": CPU kernel supports float32, float64, float16 and bfloat16, got ",
+                                 dtype_name(dtype)));
+  }
+}
+
 // Calls fn(T{}) for every dtype (casts, copies, fills).
 template <typename Fn>
 decltype(auto) dispatch_all(DType dtype, Fn&& fn) {

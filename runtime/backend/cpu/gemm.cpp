@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
 
@@ -65,8 +66,22 @@ void openblas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, in
 
 }  // namespace
 
+// NOTE [ CPU float16/bfloat16 GEMM and convolution ]
+// Computed in float32: the operands are converted exactly (every float16 and bfloat16 value is a
+// float32), the float32 kernel multiplies and accumulates in float32, and the result is rounded
+// once to the output dtype. Numerically that is a low-precision GEMM with float32 accumulation,
+// as cuBLAS and oneDNN compute it (only the summation order differs); in speed it is float32
+// plus the conversions, not faster. Native AVX-512 BF16 kernels are what makes it faster.
 void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) {
   DP_ASSERT(c.is_contiguous() && a.dim() == c.dim() && b.dim() == c.dim());
+  DP_ASSERT(a.dtype() == c.dtype() && b.dtype() == c.dtype());
+  if (is_low_precision(c.dtype())) {
+    ComputeOperands f32(kFloat32, c.device());
+    const Tensor c32 = f32.out(c, beta != 0.0);
+    gemm(f32.in(a), f32.in(b), c32, alpha, beta);
+    f32.finish();
+    return;
+  }
   const int64_t nd = c.dim();
   const int64_t M = c.shape()[nd - 2], N = c.shape()[nd - 1], K = a.shape()[nd - 1];
   const int64_t batch = nd == 3 ? c.shape()[0] : 1;

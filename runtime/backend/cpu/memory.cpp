@@ -27,7 +27,16 @@ bool CpuBackend::supports(Kernel kernel, DType dtype) const {
     case Kernel::Random: return is_floating(dtype);
     // The loss scale is float32, as PyTorch's GradScaler keeps it.
     case Kernel::AmpUpdateScale: return dtype == kFloat32;
-    default: return dtype == kFloat32 || dtype == kFloat64;
+    // Optimiser state, norms and loss scaling stay float32/float64 (master weights), softmax and
+    // cross-entropy run in float32 under autocast, embeddings keep their float32 tables.
+    case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:
+    case Kernel::LarsTrustRatios: case Kernel::SquaredNorms: case Kernel::AmpUnscaleAndCheck:
+    case Kernel::SoftmaxForward: case Kernel::SoftmaxBackward: case Kernel::CrossEntropyForward:
+    case Kernel::CrossEntropyBackward: case Kernel::EmbeddingForward: case Kernel::EmbeddingBackward:
+      return dtype == kFloat32 || dtype == kFloat64;
+    // Pointwise, reductions, GEMM, convolution, pooling, normalisation: float16/bfloat16 too,
+    // computed in float32 (NOTE [ CPU float16/bfloat16 GEMM and convolution ] in gemm.cpp).
+    default: return is_floating(dtype);
   }
 }
 

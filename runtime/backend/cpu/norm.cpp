@@ -1,6 +1,8 @@
 // Batch and layer normalisation. Statistics accumulate in double (float32 inputs too) in one
 // pass over the data (NOTE [ Shifted moments ]); batch norm splits channels between OpenMP
-// threads, layer norm splits rows.
+// threads, layer norm splits rows. Activations (x, y, dy, dx: type T) may be float16/bfloat16
+// with the per-feature tensors in float32 (mixed precision): the kernels take the per-feature
+// tensors in one type P, the statistics dtype (ComputeOperands).
 #include <omp.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
 
 namespace dp {
@@ -15,6 +18,24 @@ namespace dp {
 using namespace cpu;
 
 namespace {
+
+template <typename T>
+double as_double(T v) {
+  return static_cast<double>(static_cast<compute_t<T>>(v));
+}
+
+// The dtype of the per-feature tensors and statistics the kernels work in: x's, or float32 for
+// float16/bfloat16 activations.
+DType statistics_dtype(DType x) { return is_low_precision(x) ? kFloat32 : x; }
+
+// Calls fn(T{}, P{}) for x's dtype T and the statistics type P (float for float16/bfloat16).
+template <typename Fn>
+void dispatch_norm(DType x_dtype, const char* op, Fn&& fn) {
+  dispatch_floating_and_half(x_dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    fn(tag, compute_t<T>{});
+  });
+}
 
 // NOTE [ Shifted moments ]
 // Mean and variance from one pass: Σ(x - K) and Σ(x - K)² with K one element of the data.
@@ -29,7 +50,7 @@ struct ShiftedMoments {
     const double k = shift;
 #pragma omp simd reduction(+ : s, ss)
     for (int64_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(x[i]) - k;
+      const double d = as_double(x[i]) - k;
       s += d;
       ss += d * d;
     }
@@ -49,20 +70,20 @@ void add_grad_sums(const T* dy, const T* x, double mean, int64_t n, double& sum_
   double s = 0, sx = 0;
 #pragma omp simd reduction(+ : s, sx)
   for (int64_t i = 0; i < n; ++i) {
-    const double g = dy[i];
+    const double g = as_double(dy[i]);
     s += g;
-    sx += g * (static_cast<double>(x[i]) - mean);
+    sx += g * (as_double(x[i]) - mean);
   }
   sum_dy += s;
   sum_dy_xc += sx;
 }
 
-// out = (in - mean) * scale + shift (shift optional) over a contiguous run. Subtracting the
-// mean first keeps float32 accurate when |mean| >> std.
-template <typename T>
-void affine_run(const T* in, T* out, int64_t n, T mean, T scale, T shift) {
+// out = (in - mean) * scale + shift (shift optional) over a contiguous run, in C = compute_t<T>.
+// Subtracting the mean first keeps float32 accurate when |mean| >> std.
+template <typename T, typename C = compute_t<T>>
+void affine_run(const T* in, T* out, int64_t n, C mean, C scale, C shift) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = (in[i] - mean) * scale + shift;
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>((static_cast<C>(in[i]) - mean) * scale + shift);
 }
 
 // x viewed as [N, C, S]: the S-element run of sample n in channel c.
@@ -120,26 +141,32 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
   // Running variance uses the unbiased batch variance, as PyTorch (the output uses the biased one).
   const double unbias = count > 1 ? count / (count - 1) : 1.0;
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  dispatch_floating(x.dtype(), "batch_norm_forward", [&](auto tag) {
+  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  const Tensor weight_p = f.in(weight), bias_p = f.in(bias);
+  const Tensor running_mean_p = f.out(running_mean, true), running_var_p = f.out(running_var, true);
+  const Tensor save_mean_p = f.out(save_mean, false), save_invstd_p = f.out(save_invstd, false);
+  dispatch_norm(x.dtype(), "batch_norm_forward", [&](auto tag, auto ptag) {
     using T = decltype(tag);
+    using P = decltype(ptag);
+    using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-    const T* w = data_or_null<T>(weight);
-    const T* b = data_or_null<T>(bias);
-    T* rm = mutable_data_or_null<T>(running_mean);
-    T* rv = mutable_data_or_null<T>(running_var);
-    T* sm = mutable_data_or_null<T>(save_mean);
-    T* si = mutable_data_or_null<T>(save_invstd);
+    const P* w = data_or_null<P>(weight_p);
+    const P* b = data_or_null<P>(bias_p);
+    P* rm = mutable_data_or_null<P>(running_mean_p);
+    P* rv = mutable_data_or_null<P>(running_var_p);
+    P* sm = mutable_data_or_null<P>(save_mean_p);
+    P* si = mutable_data_or_null<P>(save_invstd_p);
 #pragma omp parallel num_threads(threads)
     {
       const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
       std::vector<ShiftedMoments> moments(training ? block.size() : 0);
       if (training) {
-        for (int64_t c = block.begin; c < block.end; ++c) moments[c - block.begin].shift = xp[L.run(0, c)];
+        for (int64_t c = block.begin; c < block.end; ++c) moments[c - block.begin].shift = as_double(xp[L.run(0, c)]);
         block.for_each_run(L, [&](int64_t c, int64_t off) { moments[c - block.begin].add(xp + off, L.S); });
       }
       // Per channel: y = (x - mean)·scale + shift.
-      std::vector<T> mean_c(block.size()), scale_c(block.size()), shift_c(block.size());
+      std::vector<C> mean_c(block.size()), scale_c(block.size()), shift_c(block.size());
       for (int64_t c = block.begin; c < block.end; ++c) {
         double mean, invstd;
         if (training) {
@@ -147,18 +174,18 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
           mean = m.mean(count);
           const double var = m.biased_variance(count);
           invstd = 1.0 / std::sqrt(var + eps);
-          sm[c] = static_cast<T>(mean);
-          si[c] = static_cast<T>(invstd);
-          if (rm) rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
-          if (rv) rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * var * unbias);
+          sm[c] = static_cast<P>(mean);
+          si[c] = static_cast<P>(invstd);
+          if (rm) rm[c] = static_cast<P>((1 - momentum) * rm[c] + momentum * mean);
+          if (rv) rv[c] = static_cast<P>((1 - momentum) * rv[c] + momentum * var * unbias);
         } else {
           mean = rm[c];
           invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
         }
         const int64_t i = c - block.begin;
-        mean_c[i] = static_cast<T>(mean);
-        scale_c[i] = static_cast<T>(invstd * (w ? static_cast<double>(w[c]) : 1.0));
-        shift_c[i] = b ? b[c] : T(0);
+        mean_c[i] = static_cast<C>(mean);
+        scale_c[i] = static_cast<C>(invstd * (w ? static_cast<double>(w[c]) : 1.0));
+        shift_c[i] = b ? static_cast<C>(b[c]) : C(0);
       }
       block.for_each_run(L, [&](int64_t c, int64_t off) {
         const int64_t i = c - block.begin;
@@ -166,6 +193,7 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
       });
     }
   });
+  f.finish();
 }
 
 // dy, x, dx [N, C, *] contiguous; weight, save_mean, save_invstd, dweight, dbias [C].
@@ -182,16 +210,21 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
   const double count = L.count();
   const bool need_sums = (dx.defined() && training) || dweight.defined() || dbias.defined();
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  const Tensor weight_p = f.in(weight), save_mean_p = f.in(save_mean), save_invstd_p = f.in(save_invstd);
+  const Tensor dweight_p = f.out(dweight, false), dbias_p = f.out(dbias, false);
+  dispatch_norm(x.dtype(), "batch_norm_backward", [&](auto tag, auto ptag) {
     using T = decltype(tag);
+    using P = decltype(ptag);
+    using C = compute_t<T>;
     const T* dyp = dy.data<T>();
     const T* xp = x.data<T>();
-    const T* w = data_or_null<T>(weight);
-    const T* sm = save_mean.data<T>();
-    const T* si = save_invstd.data<T>();
+    const P* w = data_or_null<P>(weight_p);
+    const P* sm = save_mean_p.data<P>();
+    const P* si = save_invstd_p.data<P>();
     T* dxp = mutable_data_or_null<T>(dx);
-    T* dw = mutable_data_or_null<T>(dweight);
-    T* db = mutable_data_or_null<T>(dbias);
+    P* dw = mutable_data_or_null<P>(dweight_p);
+    P* db = mutable_data_or_null<P>(dbias_p);
 #pragma omp parallel num_threads(threads)
     {
       const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
@@ -202,16 +235,16 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
           add_grad_sums(dyp + off, xp + off, static_cast<double>(sm[c]), L.S, sum_dy[i], sum_dy_xc[i]);
         });
       // Per channel: dx = a·(dy - mean_dy - (x - mean)·k); in eval mean_dy = k = 0.
-      std::vector<T> a_c(dxp ? block.size() : 0), mean_dy_c(a_c.size()), k_c(a_c.size());
+      std::vector<C> a_c(dxp ? block.size() : 0), mean_dy_c(a_c.size()), k_c(a_c.size());
       for (int64_t c = block.begin; c < block.end; ++c) {
         const int64_t i = c - block.begin;
         const double invstd = si[c];
-        if (dw) dw[c] = static_cast<T>(sum_dy_xc[i] * invstd);
-        if (db) db[c] = static_cast<T>(sum_dy[i]);
+        if (dw) dw[c] = static_cast<P>(sum_dy_xc[i] * invstd);
+        if (db) db[c] = static_cast<P>(sum_dy[i]);
         if (!dxp) continue;
-        a_c[i] = static_cast<T>((w ? static_cast<double>(w[c]) : 1.0) * invstd);
-        mean_dy_c[i] = training ? static_cast<T>(sum_dy[i] / count) : T(0);
-        k_c[i] = training ? static_cast<T>(sum_dy_xc[i] * invstd * invstd / count) : T(0);
+        a_c[i] = static_cast<C>((w ? static_cast<double>(w[c]) : 1.0) * invstd);
+        mean_dy_c[i] = training ? static_cast<C>(sum_dy[i] / count) : C(0);
+        k_c[i] = training ? static_cast<C>(sum_dy_xc[i] * invstd * invstd / count) : C(0);
       }
       if (dxp)
         block.for_each_run(L, [&](int64_t c, int64_t off) {
@@ -219,12 +252,14 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
           const T* g = dyp + off;
           const T* xr = xp + off;
           T* out = dxp + off;
-          const T a = a_c[i], mean_dy = mean_dy_c[i], k = k_c[i], mean = sm[c];
+          const C a = a_c[i], mean_dy = mean_dy_c[i], k = k_c[i], mean = static_cast<C>(sm[c]);
 #pragma omp simd
-          for (int64_t s = 0; s < L.S; ++s) out[s] = a * (g[s] - mean_dy - (xr[s] - mean) * k);
+          for (int64_t s = 0; s < L.S; ++s)
+            out[s] = static_cast<T>(a * (static_cast<C>(g[s]) - mean_dy - (static_cast<C>(xr[s]) - mean) * k));
         });
     }
   });
+  f.finish();
 }
 
 // x, y [M, N] contiguous, normalised over N; weight, bias [N] optional; save_mean, save_rstd [M].
@@ -233,34 +268,41 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() == 2);
   const int64_t M = x.size(0), N = x.size(1);
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  dispatch_floating(x.dtype(), "layer_norm_forward", [&](auto tag) {
+  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  const Tensor weight_p = f.in(weight), bias_p = f.in(bias);
+  const Tensor save_mean_p = f.out(save_mean, false), save_rstd_p = f.out(save_rstd, false);
+  dispatch_norm(x.dtype(), "layer_norm_forward", [&](auto tag, auto ptag) {
     using T = decltype(tag);
+    using P = decltype(ptag);
+    using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-    const T* w = data_or_null<T>(weight);
-    const T* b = data_or_null<T>(bias);
-    T* sm = save_mean.data<T>();
-    T* sr = save_rstd.data<T>();
+    const P* w = data_or_null<P>(weight_p);
+    const P* b = data_or_null<P>(bias_p);
+    P* sm = save_mean_p.data<P>();
+    P* sr = save_rstd_p.data<P>();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t m = 0; m < M; ++m) {
       const T* xr = xp + m * N;
       T* yr = yp + m * N;
-      ShiftedMoments mo{static_cast<double>(xr[0])};
+      ShiftedMoments mo{as_double(xr[0])};
       mo.add(xr, N);
       const double mean = mo.mean(static_cast<double>(N));
       const double rstd = 1.0 / std::sqrt(mo.biased_variance(static_cast<double>(N)) + eps);
-      sm[m] = static_cast<T>(mean);
-      sr[m] = static_cast<T>(rstd);
-      const T tmean = static_cast<T>(mean), trstd = static_cast<T>(rstd);
+      sm[m] = static_cast<P>(mean);
+      sr[m] = static_cast<P>(rstd);
+      const C tmean = static_cast<C>(mean), trstd = static_cast<C>(rstd);
       if (w || b) {
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j)
-          yr[j] = (xr[j] - tmean) * trstd * (w ? w[j] : T(1)) + (b ? b[j] : T(0));
+          yr[j] = static_cast<T>((static_cast<C>(xr[j]) - tmean) * trstd * (w ? static_cast<C>(w[j]) : C(1)) +
+                                 (b ? static_cast<C>(b[j]) : C(0)));
       } else {
-        affine_run(xr, yr, N, tmean, trstd, T(0));
+        affine_run(xr, yr, N, tmean, trstd, C(0));
       }
     }
   });
+  f.finish();
 }
 
 // dy, x, dx [M, N] contiguous; weight, dweight, dbias [N]; save_mean, save_rstd [M].
@@ -273,16 +315,21 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
   DP_ASSERT(!dx.defined() || dx.is_contiguous());
   const int64_t M = x.size(0), N = x.size(1);
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  const Tensor weight_p = f.in(weight), save_mean_p = f.in(save_mean), save_rstd_p = f.in(save_rstd);
+  const Tensor dweight_p = f.out(dweight, false), dbias_p = f.out(dbias, false);
+  dispatch_norm(x.dtype(), "layer_norm_backward", [&](auto tag, auto ptag) {
     using T = decltype(tag);
+    using P = decltype(ptag);
+    using C = compute_t<T>;
     const T* dyp = dy.data<T>();
     const T* xp = x.data<T>();
-    const T* w = data_or_null<T>(weight);
-    const T* sm = save_mean.data<T>();
-    const T* sr = save_rstd.data<T>();
+    const P* w = data_or_null<P>(weight_p);
+    const P* sm = save_mean_p.data<P>();
+    const P* sr = save_rstd_p.data<P>();
     T* dxp = mutable_data_or_null<T>(dx);
-    T* dw = mutable_data_or_null<T>(dweight);
-    T* db = mutable_data_or_null<T>(dbias);
+    P* dw = mutable_data_or_null<P>(dweight_p);
+    P* db = mutable_data_or_null<P>(dbias_p);
 
     if (dxp) {
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -294,16 +341,17 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
         double sum_g = 0, sum_g_xc = 0;  // Σ g and Σ g·(x - mean), g = dy·w
 #pragma omp simd reduction(+ : sum_g, sum_g_xc)
         for (int64_t j = 0; j < N; ++j) {
-          const double gj = static_cast<double>(g[j]) * (w ? static_cast<double>(w[j]) : 1.0);
+          const double gj = as_double(g[j]) * (w ? static_cast<double>(w[j]) : 1.0);
           sum_g += gj;
-          sum_g_xc += gj * (static_cast<double>(xr[j]) - mean);
+          sum_g_xc += gj * (as_double(xr[j]) - mean);
         }
-        const T trstd = static_cast<T>(rstd), tmean = static_cast<T>(mean);
-        const T mean_g = static_cast<T>(sum_g / N);
-        const T k = static_cast<T>(sum_g_xc * rstd * rstd / N);
+        const C trstd = static_cast<C>(rstd), tmean = static_cast<C>(mean);
+        const C mean_g = static_cast<C>(sum_g / N);
+        const C k = static_cast<C>(sum_g_xc * rstd * rstd / N);
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j)
-          out[j] = trstd * (g[j] * (w ? w[j] : T(1)) - mean_g - (xr[j] - tmean) * k);
+          out[j] = static_cast<T>(trstd * (static_cast<C>(g[j]) * (w ? static_cast<C>(w[j]) : C(1)) - mean_g -
+                                           (static_cast<C>(xr[j]) - tmean) * k));
       }
     }
 
@@ -322,20 +370,21 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
           const double mean = sm[m], rstd = sr[m];
           if (dw) {
 #pragma omp simd
-            for (int64_t j = 0; j < width; ++j) acc_w[j] += g[j] * ((static_cast<double>(xr[j]) - mean) * rstd);
+            for (int64_t j = 0; j < width; ++j) acc_w[j] += as_double(g[j]) * ((as_double(xr[j]) - mean) * rstd);
           }
           if (db) {
 #pragma omp simd
-            for (int64_t j = 0; j < width; ++j) acc_b[j] += g[j];
+            for (int64_t j = 0; j < width; ++j) acc_b[j] += as_double(g[j]);
           }
         }
         for (int64_t j = 0; j < width; ++j) {
-          if (dw) dw[j0 + j] = static_cast<T>(acc_w[j]);
-          if (db) db[j0 + j] = static_cast<T>(acc_b[j]);
+          if (dw) dw[j0 + j] = static_cast<P>(acc_w[j]);
+          if (db) db[j0 + j] = static_cast<P>(acc_b[j]);
         }
       }
     }
   });
+  f.finish();
 }
 
 }  // namespace dp

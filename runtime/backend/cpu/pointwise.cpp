@@ -111,20 +111,22 @@ void parallel_range(int64_t n, int threads, Body&& body) {
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
   DP_ASSERT(y.is_contiguous() && x.shape() == y.shape());
-  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), unary_op_name(op), [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     dispatch_unary(op, [&](auto f) {
       const T* xp = x.data<T>();
       T* yp = y.data<T>();
       if (x.is_contiguous()) {
         parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) yp[i] = f(xp[i]);
+          for (int64_t i = b; i < e; ++i) yp[i] = static_cast<T>(f(static_cast<C>(xp[i])));
         });
         return;
       }
       strided_loop<2>(x.shape(), {&y.strides(), &x.strides()}, num_threads_,
                       [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-                        for (int64_t k = 0; k < n; ++k) yp[off[0] + k * st[0]] = f(xp[off[1] + k * st[1]]);
+                        for (int64_t k = 0; k < n; ++k)
+                          yp[off[0] + k * st[0]] = static_cast<T>(f(static_cast<C>(xp[off[1] + k * st[1]])));
                       });
     });
   });
@@ -132,13 +134,15 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous());
-  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), unary_op_name(op), [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     dispatch_unary_backward(op, [&](auto f) {
       const T *xp = x.data<T>(), *yp = y.data<T>(), *gp = dy.data<T>();
       T* dp_ = dx.data<T>();
       parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) dp_[i] = f(xp[i], yp[i], gp[i]);
+        for (int64_t i = b; i < e; ++i)
+          dp_[i] = static_cast<T>(f(static_cast<C>(xp[i]), static_cast<C>(yp[i]), static_cast<C>(gp[i])));
       });
     });
   });
@@ -146,14 +150,16 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   DP_ASSERT(out.is_contiguous() && a.shape() == out.shape() && b.shape() == out.shape());
-  dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
+  dispatch_floating_and_half(out.dtype(), binary_op_name(op), [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     dispatch_binary(op, [&](auto f) {
       const T *ap = a.data<T>(), *bp = b.data<T>();
       T* op_ = out.data<T>();
+      auto g = [&f](T x, T y) { return static_cast<T>(f(static_cast<C>(x), static_cast<C>(y))); };
       if (a.is_contiguous() && b.is_contiguous()) {
         parallel_range(out.numel(), num_threads_, [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) op_[i] = f(ap[i], bp[i]);
+          for (int64_t i = s; i < e; ++i) op_[i] = g(ap[i], bp[i]);
         });
         return;
       }
@@ -164,14 +170,14 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
                         const T* pb = bp + off[2];
                         if (st[1] == 1 && st[2] == 0) {  // row op scalar (e.g. bias per channel)
                           const T s = *pb;
-                          for (int64_t k = 0; k < n; ++k) o[k] = f(pa[k], s);
+                          for (int64_t k = 0; k < n; ++k) o[k] = g(pa[k], s);
                         } else if (st[1] == 1 && st[2] == 1) {
-                          for (int64_t k = 0; k < n; ++k) o[k] = f(pa[k], pb[k]);
+                          for (int64_t k = 0; k < n; ++k) o[k] = g(pa[k], pb[k]);
                         } else if (st[1] == 0 && st[2] == 1) {
                           const T s = *pa;
-                          for (int64_t k = 0; k < n; ++k) o[k] = f(s, pb[k]);
+                          for (int64_t k = 0; k < n; ++k) o[k] = g(s, pb[k]);
                         } else {
-                          for (int64_t k = 0; k < n; ++k) o[k] = f(pa[k * st[1]], pb[k * st[2]]);
+                          for (int64_t k = 0; k < n; ++k) o[k] = g(pa[k * st[1]], pb[k * st[2]]);
                         }
                       });
     });
@@ -180,21 +186,23 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
 
 void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out) {
   DP_ASSERT(out.is_contiguous() && a.shape() == out.shape());
-  dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
+  dispatch_floating_and_half(out.dtype(), binary_op_name(op), [&](auto tag) {
     using T = decltype(tag);
-    const T sv = static_cast<T>(s);
+    using C = compute_t<T>;
+    const C sv = static_cast<C>(s);
     dispatch_binary(op, [&](auto f) {
       const T* ap = a.data<T>();
       T* op_ = out.data<T>();
       if (a.is_contiguous()) {
         parallel_range(out.numel(), num_threads_, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) op_[i] = f(ap[i], sv);
+          for (int64_t i = b; i < e; ++i) op_[i] = static_cast<T>(f(static_cast<C>(ap[i]), sv));
         });
         return;
       }
       strided_loop<2>(out.shape(), {&out.strides(), &a.strides()}, num_threads_,
                       [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-                        for (int64_t k = 0; k < n; ++k) op_[off[0] + k * st[0]] = f(ap[off[1] + k * st[1]], sv);
+                        for (int64_t k = 0; k < n; ++k)
+                          op_[off[0] + k * st[0]] = static_cast<T>(f(static_cast<C>(ap[off[1] + k * st[1]]), sv));
                       });
     });
   });
@@ -202,18 +210,19 @@ void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Ten
 
 void CpuBackend::axpby(double alpha, const Tensor& x, double beta, const Tensor& y) {
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel());
-  dispatch_floating(y.dtype(), "axpby", [&](auto tag) {
+  dispatch_floating_and_half(y.dtype(), "axpby", [&](auto tag) {
     using T = decltype(tag);
-    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+    using C = compute_t<T>;
+    const C a = static_cast<C>(alpha), b = static_cast<C>(beta);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
     parallel_range(y.numel(), num_threads_, [&](int64_t s, int64_t e) {
       if (beta == 0.0) {
-        for (int64_t i = s; i < e; ++i) yp[i] = a * xp[i];
+        for (int64_t i = s; i < e; ++i) yp[i] = static_cast<T>(a * static_cast<C>(xp[i]));
       } else if (alpha == 1.0 && beta == 1.0) {
-        for (int64_t i = s; i < e; ++i) yp[i] += xp[i];
+        for (int64_t i = s; i < e; ++i) yp[i] = static_cast<T>(static_cast<C>(yp[i]) + static_cast<C>(xp[i]));
       } else {
-        for (int64_t i = s; i < e; ++i) yp[i] = a * xp[i] + b * yp[i];
+        for (int64_t i = s; i < e; ++i) yp[i] = static_cast<T>(a * static_cast<C>(xp[i]) + b * static_cast<C>(yp[i]));
       }
     });
   });

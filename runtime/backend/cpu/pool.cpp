@@ -2,6 +2,8 @@
 // over the threads.
 #include <algorithm>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
@@ -33,13 +35,30 @@ inline int64_t avg_divisor(int64_t h0, int64_t w0, const Pool2dParams& p, int64_
   return std::max<int64_t>((he - hs) * (we - ws), 1);
 }
 
+// Backward kernels scatter-add into each input plane: in compute_t<T> (float32 for
+// float16/bfloat16, rounded once at the end), so overlapping windows do not round at every add.
+// body(work) adds into the zeroed plane `work` of H*W values.
+template <typename T, typename Body>
+void accumulate_plane(T* out, int64_t size, std::vector<compute_t<T>>& scratch, Body&& body) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, C>) {
+    std::fill(out, out + size, T(0));
+    body(out);
+  } else {
+    scratch.assign(static_cast<size_t>(size), C(0));
+    body(scratch.data());
+    for (int64_t i = 0; i < size; ++i) out[i] = static_cast<T>(scratch[static_cast<size_t>(i)]);
+  }
+}
+
 }  // namespace
+
 
 // x [N, C, H, W] → y [N, C, OH, OW], indices int32 (h * W + w within the plane)
 void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
   const Planes s(x, y);
   int32_t* ip = indices.data<int32_t>();
-  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
@@ -105,25 +124,31 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tens
 void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
   const Planes s(dx, dy);
   const int32_t* ip = indices.data<int32_t>();
-  dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
+  dispatch_floating_and_half(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
-    for (int64_t plane = 0; plane < s.count; ++plane) {
-      T* out = dxp + plane * s.H * s.W;
-      std::fill(out, out + s.H * s.W, T(0));
-      const T* g = gp + plane * s.OH * s.OW;
-      const int32_t* idx = ip + plane * s.OH * s.OW;
-      for (int64_t o = 0; o < s.OH * s.OW; ++o) out[idx[o]] += g[o];
+#pragma omp parallel num_threads(num_threads_) if (s.count * s.H * s.W > kParallelGrain)
+    {
+      std::vector<C> scratch;
+#pragma omp for schedule(static)
+      for (int64_t plane = 0; plane < s.count; ++plane) {
+        const T* g = gp + plane * s.OH * s.OW;
+        const int32_t* idx = ip + plane * s.OH * s.OW;
+        accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) {
+          for (int64_t o = 0; o < s.OH * s.OW; ++o) out[idx[o]] += static_cast<C>(g[o]);
+        });
+      }
     }
   });
 }
 
 void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
   const Planes s(x, y);
-  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
 #pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
@@ -133,10 +158,11 @@ void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool
       for (int64_t oh = 0; oh < s.OH; ++oh) {
         for (int64_t ow = 0; ow < s.OW; ++ow) {
           const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
-          T sum = 0;
+          C sum = 0;
           for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
-            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w) sum += in[h * s.W + w];
-          out[oh * s.OW + ow] = sum / static_cast<T>(avg_divisor(h0, w0, p, s.H, s.W));
+            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w)
+              sum += static_cast<C>(in[h * s.W + w]);
+          out[oh * s.OW + ow] = static_cast<T>(sum / static_cast<C>(avg_divisor(h0, w0, p, s.H, s.W)));
         }
       }
     }
@@ -145,22 +171,28 @@ void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool
 
 void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
   const Planes s(dx, dy);
-  dispatch_floating(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
+  dispatch_floating_and_half(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
-    for (int64_t plane = 0; plane < s.count; ++plane) {
-      T* out = dxp + plane * s.H * s.W;
-      std::fill(out, out + s.H * s.W, T(0));
-      const T* g = gp + plane * s.OH * s.OW;
-      for (int64_t oh = 0; oh < s.OH; ++oh) {
-        for (int64_t ow = 0; ow < s.OW; ++ow) {
-          const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
-          const T share = g[oh * s.OW + ow] / static_cast<T>(avg_divisor(h0, w0, p, s.H, s.W));
-          for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
-            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w) out[h * s.W + w] += share;
-        }
+#pragma omp parallel num_threads(num_threads_) if (s.count * s.H * s.W > kParallelGrain)
+    {
+      std::vector<C> scratch;
+#pragma omp for schedule(static)
+      for (int64_t plane = 0; plane < s.count; ++plane) {
+        const T* g = gp + plane * s.OH * s.OW;
+        accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) {
+          for (int64_t oh = 0; oh < s.OH; ++oh) {
+            for (int64_t ow = 0; ow < s.OW; ++ow) {
+              const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+              const C share = static_cast<C>(g[oh * s.OW + ow]) / static_cast<C>(avg_divisor(h0, w0, p, s.H, s.W));
+              for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
+                for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w)
+                  out[h * s.W + w] += share;
+            }
+          }
+        });
       }
     }
   });
@@ -168,8 +200,9 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
 
 void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) {
   const Planes s(x, y);
-  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
 #pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
@@ -180,10 +213,10 @@ void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) {
         const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
         for (int64_t ow = 0; ow < s.OW; ++ow) {
           const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
-          T sum = 0;
+          C sum = 0;
           for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) sum += in[h * s.W + w];
-          out[oh * s.OW + ow] = sum / static_cast<T>((h1 - h0) * (w1 - w0));
+            for (int64_t w = w0; w < w1; ++w) sum += static_cast<C>(in[h * s.W + w]);
+          out[oh * s.OW + ow] = static_cast<T>(sum / static_cast<C>((h1 - h0) * (w1 - w0)));
         }
       }
     }
@@ -192,23 +225,28 @@ void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) {
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
   const Planes s(dx, dy);
-  dispatch_floating(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
+  dispatch_floating_and_half(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * s.H * s.W > kParallelGrain)
-    for (int64_t plane = 0; plane < s.count; ++plane) {
-      T* out = dxp + plane * s.H * s.W;
-      std::fill(out, out + s.H * s.W, T(0));
-      const T* g = gp + plane * s.OH * s.OW;
-      for (int64_t oh = 0; oh < s.OH; ++oh) {
-        const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
-        for (int64_t ow = 0; ow < s.OW; ++ow) {
-          const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
-          const T share = g[oh * s.OW + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) out[h * s.W + w] += share;
-        }
+#pragma omp parallel num_threads(num_threads_) if (s.count * s.H * s.W > kParallelGrain)
+    {
+      std::vector<C> scratch;
+#pragma omp for schedule(static)
+      for (int64_t plane = 0; plane < s.count; ++plane) {
+        const T* g = gp + plane * s.OH * s.OW;
+        accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) {
+          for (int64_t oh = 0; oh < s.OH; ++oh) {
+            const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
+            for (int64_t ow = 0; ow < s.OW; ++ow) {
+              const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
+              const C share = static_cast<C>(g[oh * s.OW + ow]) / static_cast<C>((h1 - h0) * (w1 - w0));
+              for (int64_t h = h0; h < h1; ++h)
+                for (int64_t w = w0; w < w1; ++w) out[h * s.W + w] += share;
+            }
+          }
+        });
       }
     }
   });

@@ -24,41 +24,43 @@ T reduce_identity(ReduceOp op) {
 }
 
 // Accumulates x into acc (laid out like out), walking x in memory order. acc_strides are out's
-// strides expanded to x's shape (0 on reduced dims). Accumulation is in double for float32 sums
-// so long reductions (bias gradients over N·H·W) stay accurate.
+// strides expanded to x's shape (0 on reduced dims). Accumulation is in double for float32 and
+// float16/bfloat16 sums so long reductions (bias gradients over N·H·W) stay accurate.
 template <typename T, typename Acc>
 void accumulate(ReduceOp op, const T* x, const Shape& shape, const Shape& x_strides, Acc* acc,
                 const Shape& acc_strides) {
   strided_loop<2>(shape, {&acc_strides, &x_strides}, 1,
                   [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                    using C = compute_t<T>;
                     Acc* a = acc + off[0];
                     const T* p = x + off[1];
+                    auto at = [p](int64_t k) { return static_cast<C>(p[k]); };
                     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
                       if (st[0] == 0) {  // a run that folds into one output
                         Acc s = 0;
                         if (st[1] == 1) {
-                          T part = 0;  // vectorised partial sums in T, folded every 256 elements
+                          C part = 0;  // vectorised partial sums in C, folded every 256 elements
                           for (int64_t k = 0; k < n; ++k) {
-                            part += p[k];
+                            part += at(k);
                             if ((k & 255) == 255) { s += part; part = 0; }
                           }
                           s += part;
                         } else {
-                          for (int64_t k = 0; k < n; ++k) s += p[k * st[1]];
+                          for (int64_t k = 0; k < n; ++k) s += at(k * st[1]);
                         }
                         *a += s;
                       } else {
-                        for (int64_t k = 0; k < n; ++k) a[k * st[0]] += p[k * st[1]];
+                        for (int64_t k = 0; k < n; ++k) a[k * st[0]] += at(k * st[1]);
                       }
                     } else if (op == ReduceOp::Max) {
                       for (int64_t k = 0; k < n; ++k) {
-                        Acc v = p[k * st[1]];
+                        Acc v = at(k * st[1]);
                         Acc& d = a[k * st[0]];
                         d = (v > d || v != v) ? v : d;  // NaN propagates, as torch
                       }
                     } else {
                       for (int64_t k = 0; k < n; ++k) {
-                        Acc v = p[k * st[1]];
+                        Acc v = at(k * st[1]);
                         Acc& d = a[k * st[0]];
                         d = (v < d || v != v) ? v : d;
                       }
@@ -70,9 +72,9 @@ void accumulate(ReduceOp op, const T* x, const Shape& shape, const Shape& x_stri
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   DP_ASSERT(out.is_contiguous() && out.dim() == x.dim());
-  dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
-    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+    using Acc = double;
     const int64_t out_n = out.numel();
     Shape acc_strides = out.strides();
     for (int64_t d = 0; d < x.dim(); ++d)
@@ -122,14 +124,14 @@ void CpuBackend::argmax_rows(const Tensor& x, const Tensor& out) {
   DP_ASSERT(x.is_contiguous() && x.dim() == 2 && out.dtype() == kInt64);
   const int64_t M = x.shape()[0], N = x.shape()[1];
   int64_t* o = out.data<int64_t>();
-  dispatch_floating(x.dtype(), "argmax", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "argmax", [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
     for (int64_t m = 0; m < M; ++m) {
       const T* row = p + m * N;
       int64_t best = 0;
       for (int64_t n = 1; n < N; ++n)
-        if (row[n] > row[best]) best = n;
+        if (static_cast<compute_t<T>>(row[n]) > static_cast<compute_t<T>>(row[best])) best = n;
       o[m] = best;
     }
   });

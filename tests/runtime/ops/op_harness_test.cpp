@@ -1,6 +1,8 @@
 // The op harness's three modes over one table (NOTE [ Op harness ] in tests/common/op_harness.h):
 //   OpHarness/Gradcheck.Case/<case>            float64 finite differences on the CPU;
 //   OpHarness/CpuFloat32VsFloat64.Case/<case>  float32 vs float64 on the CPU;
+//   OpHarness/CpuLowPrecisionVsFloat64.Case/<case>  bfloat16 and float16 vs float64 on the CPU
+//                                              (where the CPU has the case's kernels in them);
 //   OpHarness/CudaVsCpu.Case/<case>            cuda:0 in every supported dtype vs the CPU in float64.
 // The cases live in op_harness_<family>_test.cpp.
 #include <gtest/gtest.h>
@@ -30,6 +32,7 @@ std::vector<OpCase> all_cases(bool differentiable_only) {
 
 class Gradcheck : public ::testing::TestWithParam<OpCase> {};
 class CpuFloat32VsFloat64 : public ::testing::TestWithParam<OpCase> {};
+class CpuLowPrecisionVsFloat64 : public ::testing::TestWithParam<OpCase> {};
 class CudaVsCpu : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(Gradcheck, Case) {
@@ -45,6 +48,24 @@ TEST_P(CpuFloat32VsFloat64, Case) {
       GTEST_SKIP() << c.name << ": the CPU backend has no float32 " << kernel_name(k) << " kernel";
   const std::string msg = run_comparison(c, cpu, kFloat32);
   EXPECT_TRUE(msg.empty()) << msg;
+}
+
+// The mixed-precision columns on the CPU: inputs rounded to the low dtype, the kernels computing
+// in float32 and rounding once, compared with float64 at the dtype's tolerance.
+TEST_P(CpuLowPrecisionVsFloat64, Case) {
+  const OpCase& c = GetParam();
+  Device cpu = runtime().cpu();
+  int compared = 0;
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    bool supported = true;
+    for (Kernel k : c.kernels) supported = supported && cpu.backend().supports(k, dtype);
+    if (!supported) continue;
+    SCOPED_TRACE(dtype_name(dtype));
+    ++compared;
+    const std::string msg = run_comparison(c, cpu, dtype);
+    EXPECT_TRUE(msg.empty()) << msg;
+  }
+  if (compared == 0) GTEST_SKIP() << c.name << ": float32/float64 only on the CPU (optimiser state, losses, tables)";
 }
 
 TEST_P(CudaVsCpu, Case) {
@@ -68,6 +89,7 @@ TEST_P(CudaVsCpu, Case) {
 
 INSTANTIATE_TEST_SUITE_P(OpHarness, Gradcheck, ::testing::ValuesIn(all_cases(true)), CaseName());
 INSTANTIATE_TEST_SUITE_P(OpHarness, CpuFloat32VsFloat64, ::testing::ValuesIn(all_cases(false)), CaseName());
+INSTANTIATE_TEST_SUITE_P(OpHarness, CpuLowPrecisionVsFloat64, ::testing::ValuesIn(all_cases(false)), CaseName());
 INSTANTIATE_TEST_SUITE_P(OpHarness, CudaVsCpu, ::testing::ValuesIn(all_cases(false)), CaseName());
 
 // The table itself: unique, well-formed names; every case names its kernels and has a function.
