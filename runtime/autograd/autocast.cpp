@@ -7,7 +7,7 @@ namespace dp {
 namespace {
 thread_local DType autocast_dtype = kFloat32;  // per thread, as grad mode
 
-bool castable(DType dtype) { return dtype == kFloat32 || dtype == kFloat16 || dtype == kBFloat16; }
+bool castable(DType dtype) { return dtype == kFloat32 || is_low_precision(dtype); }
 }  // namespace
 
 DType Autocast::dtype() { return autocast_dtype; }

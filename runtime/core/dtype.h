@@ -34,6 +34,12 @@ constexpr bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
 }
 
+constexpr bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+// The dtype arithmetic on `t` values runs in: float32 for float16/bfloat16, else `t` itself
+// (kernels' accumulators, normalisation statistics under mixed precision).
+constexpr DType compute_dtype(DType t) { return is_low_precision(t) ? DType::Float32 : t; }
+
 // PyTorch's spelling: "float32", "bfloat16", "int64", "bool", ...
 const char* dtype_name(DType t);
 // Inverse of dtype_name; also accepts "float", "half", "double", "long", "int". Throws on unknown.

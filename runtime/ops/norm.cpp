@@ -11,9 +11,6 @@ namespace dp {
 
 namespace {
 
-// The dtype normalisation computes its statistics in: float32 for float16/bfloat16 inputs.
-DType statistics_dtype(DType x_dtype) { return x_dtype == kFloat16 || x_dtype == kBFloat16 ? kFloat32 : x_dtype; }
-
 // An optional per-feature tensor (weight, bias, running stats): when defined it must have
 // `shape`, the input's device, and the input's dtype or, for a float16/bfloat16 input, float32
 // (mixed precision: float32 parameters and statistics with low-precision activations,
@@ -22,9 +19,9 @@ void check_optional_param(const char* op, const char* name, const Tensor& p, con
   if (!p.defined()) return;
   DP_CHECK(p.shape() == shape, op, ": ", name, " must have shape ", shape_str(shape), " for input ", x.str(),
            ", got ", p.str());
-  DP_CHECK(p.dtype() == x.dtype() || p.dtype() == statistics_dtype(x.dtype()), op, ": ", name, " ", p.str(),
+  DP_CHECK(p.dtype() == x.dtype() || p.dtype() == compute_dtype(x.dtype()), op, ": ", name, " ", p.str(),
            " must have the input's dtype",
-           statistics_dtype(x.dtype()) != x.dtype() ? " or float32" : "", " (input ", x.str(), ")");
+           compute_dtype(x.dtype()) != x.dtype() ? " or float32" : "", " (input ", x.str(), ")");
   check_same_device(op, x, p);
 }
 
@@ -80,8 +77,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor save_mean, save_invstd;
   if (training) {
-    save_mean = Tensor::empty(channels, statistics_dtype(x.dtype()), x.device());
-    save_invstd = Tensor::empty(channels, statistics_dtype(x.dtype()), x.device());
+    save_mean = Tensor::empty(channels, compute_dtype(x.dtype()), x.device());
+    save_invstd = Tensor::empty(channels, compute_dtype(x.dtype()), x.device());
   }
   Tensor w = optional_operand(weight, channels), b = optional_operand(bias, channels);
   if (x.numel() > 0)
@@ -136,8 +133,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor xc = x.detach().contiguous().view(rows);
   Tensor w = optional_operand(weight, features), b = optional_operand(bias, features);
   Tensor y = Tensor::empty(rows, x.dtype(), x.device());
-  Tensor save_mean = Tensor::empty({M}, statistics_dtype(x.dtype()), x.device());
-  Tensor save_rstd = Tensor::empty({M}, statistics_dtype(x.dtype()), x.device());
+  Tensor save_mean = Tensor::empty({M}, compute_dtype(x.dtype()), x.device());
+  Tensor save_rstd = Tensor::empty({M}, compute_dtype(x.dtype()), x.device());
   if (x.numel() > 0) x.device().backend().layer_norm_forward(xc, w, b, y, save_mean, save_rstd, eps);
   Tensor out = y.view(x.shape());
 

@@ -1,6 +1,8 @@
 #include "common/run_program.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -20,5 +22,18 @@ ProgramResult run_program(const std::string& command) {
 }
 
 std::string dptrain_binary() { return std::string(DPTRAIN_BINARY_DIR) + "/launch/dptrain"; }
+
+std::string model_digest(const std::string& output) {
+  const size_t at = output.find("model digest ");
+  return at == std::string::npos ? "" : output.substr(at + 13, 16);
+}
+
+std::filesystem::path make_test_dir(const std::string& prefix) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" +
+                                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 }  // namespace dp::testing

@@ -1,6 +1,7 @@
 // Running a program the way a user would (through the shell) and capturing what it printed.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace dp::testing {
@@ -15,5 +16,11 @@ ProgramResult run_program(const std::string& command);
 
 // The dptrain binary of this build tree.
 std::string dptrain_binary();
+
+// The 16 hex digits after "model digest " in dptrain's end line; empty when absent.
+std::string model_digest(const std::string& output);
+
+// A fresh directory <tmp>/<prefix>_<pid>_<current test's name>, created; the caller removes it.
+std::filesystem::path make_test_dir(const std::string& prefix);
 
 }  // namespace dp::testing

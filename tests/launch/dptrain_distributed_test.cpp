@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using dp::testing::dptrain_binary;
+using dp::testing::model_digest;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
@@ -204,10 +205,6 @@ TEST_F(Distributed, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
 
 // run.deterministic: two launches of the same 2-rank job end with the same model, bit for bit
 // (the digest of every parameter and buffer that rank 0 prints).
-std::string model_digest(const std::string& output) {
-  const size_t at = output.find("model digest ");
-  return at == std::string::npos ? "" : output.substr(at + 13, 16);
-}
 
 TEST_F(Distributed, DeterministicRunsAreBitwiseIdentical) {
   const std::string cfg = config("c.yaml");

@@ -6,8 +6,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,24 +16,17 @@ namespace {
 
 namespace fs = std::filesystem;
 using dp::testing::dptrain_binary;
+using dp::testing::model_digest;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
 
 const std::string kMpirun = "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none";
 
-std::string model_digest(const std::string& output) {
-  const size_t at = output.find("model digest ");
-  return at == std::string::npos ? "" : output.substr(at + 13, 16);
-}
 
 class LossScale : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dptrain_loss_scale_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = dp::testing::make_test_dir("dptrain_loss_scale"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // 30 SmallCNN steps, one thread per rank, growth every 10 good steps.

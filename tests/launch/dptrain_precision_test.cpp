@@ -5,8 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,15 +15,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using dp::testing::dptrain_binary;
+using dp::testing::model_digest;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string model_digest(const std::string& output) {
-  const size_t at = output.find("model digest ");
-  return at == std::string::npos ? "" : output.substr(at + 13, 16);
-}
 
 // "test accuracy 83.15 %" → 83.15; -1 when absent.
 double test_accuracy(const std::string& output) {
@@ -35,11 +30,7 @@ double test_accuracy(const std::string& output) {
 
 class Precision : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dptrain_precision_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = dp::testing::make_test_dir("dptrain_precision"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // 120 SmallCNN steps of batch 64 at one thread, then the whole test set.

@@ -45,11 +45,7 @@ void write_idx(const fs::path& p, std::vector<uint32_t> dims, size_t payload) {
 
 class Robustness : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dptrain_robustness_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = dp::testing::make_test_dir("dptrain_robustness"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   fs::path out() const { return dir_ / "out"; }

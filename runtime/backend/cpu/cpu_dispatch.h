@@ -31,8 +31,6 @@ template <> struct ComputeType<Eigen::half> { using type = float; };
 template <> struct ComputeType<Eigen::bfloat16> { using type = float; };
 template <typename T> using compute_t = typename ComputeType<T>::type;
 
-inline bool is_low_precision(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
-
 // As dispatch_floating, plus T = Eigen::half and Eigen::bfloat16 (compute in compute_t<T>).
 template <typename Fn>
 decltype(auto) dispatch_floating_and_half(DType dtype, const char* op, Fn&& fn) {

@@ -24,10 +24,6 @@ double as_double(T v) {
   return static_cast<double>(static_cast<compute_t<T>>(v));
 }
 
-// The dtype of the per-feature tensors and statistics the kernels work in: x's, or float32 for
-// float16/bfloat16 activations.
-DType statistics_dtype(DType x) { return is_low_precision(x) ? kFloat32 : x; }
-
 // Calls fn(T{}, P{}) for x's dtype T and the statistics type P (float for float16/bfloat16).
 template <typename Fn>
 void dispatch_norm(DType x_dtype, const char* op, Fn&& fn) {
@@ -141,7 +137,7 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
   // Running variance uses the unbiased batch variance, as PyTorch (the output uses the biased one).
   const double unbias = count > 1 ? count / (count - 1) : 1.0;
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  ComputeOperands f(compute_dtype(x.dtype()), x.device());
   const Tensor weight_p = f.in(weight), bias_p = f.in(bias);
   const Tensor running_mean_p = f.out(running_mean, true), running_var_p = f.out(running_var, true);
   const Tensor save_mean_p = f.out(save_mean, false), save_invstd_p = f.out(save_invstd, false);
@@ -210,7 +206,7 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
   const double count = L.count();
   const bool need_sums = (dx.defined() && training) || dweight.defined() || dbias.defined();
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  ComputeOperands f(compute_dtype(x.dtype()), x.device());
   const Tensor weight_p = f.in(weight), save_mean_p = f.in(save_mean), save_invstd_p = f.in(save_invstd);
   const Tensor dweight_p = f.out(dweight, false), dbias_p = f.out(dbias, false);
   dispatch_norm(x.dtype(), "batch_norm_backward", [&](auto tag, auto ptag) {
@@ -268,7 +264,7 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() == 2);
   const int64_t M = x.size(0), N = x.size(1);
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  ComputeOperands f(compute_dtype(x.dtype()), x.device());
   const Tensor weight_p = f.in(weight), bias_p = f.in(bias);
   const Tensor save_mean_p = f.out(save_mean, false), save_rstd_p = f.out(save_rstd, false);
   dispatch_norm(x.dtype(), "layer_norm_forward", [&](auto tag, auto ptag) {
@@ -315,7 +311,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
   DP_ASSERT(!dx.defined() || dx.is_contiguous());
   const int64_t M = x.size(0), N = x.size(1);
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
-  ComputeOperands f(statistics_dtype(x.dtype()), x.device());
+  ComputeOperands f(compute_dtype(x.dtype()), x.device());
   const Tensor weight_p = f.in(weight), save_mean_p = f.in(save_mean), save_rstd_p = f.in(save_rstd);
   const Tensor dweight_p = f.out(dweight, false), dbias_p = f.out(dbias, false);
   dispatch_norm(x.dtype(), "layer_norm_backward", [&](auto tag, auto ptag) {

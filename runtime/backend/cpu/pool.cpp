@@ -51,6 +51,19 @@ void accumulate_plane(T* out, int64_t size, std::vector<compute_t<T>>& scratch, 
   }
 }
 
+// Runs body(plane, work) for every plane of dx (planes split between threads), each into a zeroed
+// accumulator through accumulate_plane.
+template <typename T, typename Body>
+void for_each_dx_plane(const Planes& s, int threads, T* dxp, Body&& body) {
+#pragma omp parallel num_threads(threads) if (s.count * s.H * s.W > kParallelGrain)
+  {
+    std::vector<compute_t<T>> scratch;
+#pragma omp for schedule(static)
+    for (int64_t plane = 0; plane < s.count; ++plane)
+      accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) { body(plane, out); });
+  }
+}
+
 }  // namespace
 
 
@@ -129,18 +142,11 @@ void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, co
     using C = compute_t<T>;
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
-#pragma omp parallel num_threads(num_threads_) if (s.count * s.H * s.W > kParallelGrain)
-    {
-      std::vector<C> scratch;
-#pragma omp for schedule(static)
-      for (int64_t plane = 0; plane < s.count; ++plane) {
-        const T* g = gp + plane * s.OH * s.OW;
-        const int32_t* idx = ip + plane * s.OH * s.OW;
-        accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) {
-          for (int64_t o = 0; o < s.OH * s.OW; ++o) out[idx[o]] += static_cast<C>(g[o]);
-        });
-      }
-    }
+    for_each_dx_plane(s, num_threads_, dxp, [&](int64_t plane, auto* out) {
+      const T* g = gp + plane * s.OH * s.OW;
+      const int32_t* idx = ip + plane * s.OH * s.OW;
+      for (int64_t o = 0; o < s.OH * s.OW; ++o) out[idx[o]] += static_cast<C>(g[o]);
+    });
   });
 }
 
@@ -176,25 +182,18 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
     using C = compute_t<T>;
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
-#pragma omp parallel num_threads(num_threads_) if (s.count * s.H * s.W > kParallelGrain)
-    {
-      std::vector<C> scratch;
-#pragma omp for schedule(static)
-      for (int64_t plane = 0; plane < s.count; ++plane) {
-        const T* g = gp + plane * s.OH * s.OW;
-        accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) {
-          for (int64_t oh = 0; oh < s.OH; ++oh) {
-            for (int64_t ow = 0; ow < s.OW; ++ow) {
-              const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
-              const C share = static_cast<C>(g[oh * s.OW + ow]) / static_cast<C>(avg_divisor(h0, w0, p, s.H, s.W));
-              for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
-                for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w)
-                  out[h * s.W + w] += share;
-            }
-          }
-        });
+    for_each_dx_plane(s, num_threads_, dxp, [&](int64_t plane, auto* out) {
+      const T* g = gp + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+          const C share = static_cast<C>(g[oh * s.OW + ow]) / static_cast<C>(avg_divisor(h0, w0, p, s.H, s.W));
+          for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + p.kernel_h, s.H); ++h)
+            for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + p.kernel_w, s.W); ++w)
+              out[h * s.W + w] += share;
+        }
       }
-    }
+    });
   });
 }
 
@@ -230,25 +229,18 @@ void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx
     using C = compute_t<T>;
     const T* gp = dy.data<T>();
     T* dxp = dx.data<T>();
-#pragma omp parallel num_threads(num_threads_) if (s.count * s.H * s.W > kParallelGrain)
-    {
-      std::vector<C> scratch;
-#pragma omp for schedule(static)
-      for (int64_t plane = 0; plane < s.count; ++plane) {
-        const T* g = gp + plane * s.OH * s.OW;
-        accumulate_plane(dxp + plane * s.H * s.W, s.H * s.W, scratch, [&](auto* out) {
-          for (int64_t oh = 0; oh < s.OH; ++oh) {
-            const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
-            for (int64_t ow = 0; ow < s.OW; ++ow) {
-              const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
-              const C share = static_cast<C>(g[oh * s.OW + ow]) / static_cast<C>((h1 - h0) * (w1 - w0));
-              for (int64_t h = h0; h < h1; ++h)
-                for (int64_t w = w0; w < w1; ++w) out[h * s.W + w] += share;
-            }
-          }
-        });
+    for_each_dx_plane(s, num_threads_, dxp, [&](int64_t plane, auto* out) {
+      const T* g = gp + plane * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        const int64_t h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
+          const C share = static_cast<C>(g[oh * s.OW + ow]) / static_cast<C>((h1 - h0) * (w1 - w0));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) out[h * s.W + w] += share;
+        }
       }
-    }
+    });
   });
 }
 
