@@ -1,9 +1,10 @@
-// f32 GEMM throughput through the CPU backend (OpenBLAS and Eigen paths), as JSON lines:
+// GEMM throughput through the CPU backend (f32: OpenBLAS and Eigen; bf16: oneDNN), as JSON lines:
 //   gemm_bench [--threads 2] [--size 2048] [--iters 10]
 #include <cstdio>
 #include <string>
 
 #include "bench/bench_util.h"
+#include "runtime/backend/cpu/bf16_gemm.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/ops/creation.h"
 
@@ -26,6 +27,18 @@ int main(int argc, char** argv) {
     double gflops = 2.0 * n * n * n / (t.median_ms * 1e-3) / 1e9;
     std::printf("{\"name\": \"sgemm_%lld_%s\", \"threads\": %d, \"median_ms\": %.3f, \"gflops\": %.1f}\n",
                 static_cast<long long>(n), lib == dp::CpuGemm::OpenBlas ? "openblas" : "eigen", threads,
+                t.median_ms, gflops);
+  }
+  {  // bfloat16 through oneDNN (float32 accumulation), when this CPU has AVX-512 BF16
+    dp::CpuBackend backend(threads);
+    dp::Device cpu(&backend);
+    dp::Generator gen(0);
+    dp::Tensor a = dp::rand({n, n}, gen, dp::kBFloat16, cpu), b = dp::rand({n, n}, gen, dp::kBFloat16, cpu);
+    dp::Tensor c = dp::empty({n, n}, dp::kBFloat16, cpu);
+    auto t = dp::bench::time_it([&] { backend.gemm(a, b, c, 1.0, 0.0); }, 2, iters);
+    double gflops = 2.0 * n * n * n / (t.median_ms * 1e-3) / 1e9;
+    std::printf("{\"name\": \"bf16gemm_%lld_%s\", \"threads\": %d, \"median_ms\": %.3f, \"gflops\": %.1f}\n",
+                static_cast<long long>(n), dp::cpu::bf16_gemm_available() ? "onednn" : "via_float32", threads,
                 t.median_ms, gflops);
   }
   return 0;

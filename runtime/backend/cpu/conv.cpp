@@ -22,9 +22,11 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/backend/cpu/bf16_gemm.h"
 #include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/im2col.h"
 
 namespace dp {
@@ -93,22 +95,67 @@ void for_each_chunk(const ConvPlan& plan, Fn&& fn) {
   }
 }
 
-// Row-major C = alpha·op(A)·op(B) + beta·C.
+// Row-major C = op(A)·op(B) + beta·C with A, B in T and C in the accumulation type: float32 for
+// bfloat16 (oneDNN, NOTE [ CPU bfloat16 GEMM ]), else T itself (BLAS). `threads` is the team
+// for a GEMM called outside a parallel region (BLAS decides for itself).
 template <typename T>
-void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-               T beta, T* C, int64_t ldc) {
-  const auto a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, a, b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-  else cblas_dgemm(CblasRowMajor, a, b, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+void conv_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+               compute_t<T> beta, compute_t<T>* C, int64_t ldc, int threads) {
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {  // no products: C = beta·C
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      return;
+    }
+    Bf16GemmArgs g;
+    g.ta = ta, g.tb = tb, g.M = M, g.N = N, g.K = K, g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.beta = beta, g.ldc = ldc;
+    bf16_gemm(g, C, threads);
+  } else {
+    const auto a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, a, b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    else cblas_dgemm(CblasRowMajor, a, b, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+// Calls fn(T{}) with T = float, double or (natively, where oneDNN has it) bfloat16. Other dtypes
+// are converted to float32 by the callers first (NOTE [ CPU float16/bfloat16 GEMM and
+// convolution ] in gemm.cpp).
+bool native_dtype(DType dtype) {
+  return dtype == kFloat32 || dtype == kFloat64 || (dtype == kBFloat16 && bf16_gemm_available());
+}
+template <typename Fn>
+void dispatch_conv(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    case DType::BFloat16: return fn(Eigen::bfloat16{});
+    default: DP_ASSERT(false);
+  }
 }
 
 // Per-thread buffer `Slot` of at least n elements, reused across calls (grown, never shrunk).
-enum ScratchSlot { kColumns, kChannelMajor, kWeightPartial, kCroppedWeight };
+enum ScratchSlot { kColumns, kChannelMajor, kWeightPartial, kCroppedWeight, kInputGrad };
 template <typename T, ScratchSlot Slot>
 T* scratch(int64_t n) {
   thread_local std::vector<T> buffer;
   if (buffer.size() < static_cast<size_t>(n)) buffer.resize(n);
   return buffer.data();
+}
+
+// dst[0, n) = src[0, n) + bias, rounded to T.
+template <typename T, typename A>
+void store_plus(const A* src, A bias, T* dst, int64_t n) {
+  if constexpr (is_half_type_v<T>) {
+    alignas(64) float block[kConvertBlock];
+    for (int64_t s = 0; s < n; s += kConvertBlock) {
+      const int64_t m = std::min(kConvertBlock, n - s);
+      for (int64_t i = 0; i < m; ++i) block[i] = src[s + i] + bias;
+      narrow(block, dst + s, m);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] + bias;
+  }
 }
 
 // dst [channels, images*S] (channel-major) from `images` NCHW blocks of [channels, S] each
@@ -119,17 +166,14 @@ void to_channel_major(const T* src, int64_t image_stride, int64_t images, int64_
     for (int64_t b = 0; b < images; ++b) std::memcpy(dst + (k * images + b) * S, src + b * image_stride + k * S, S * sizeof(T));
 }
 
-// The inverse of to_channel_major, adding bias[k] (when given) on the way.
-template <typename T>
-void from_channel_major(const T* src, int64_t images, int64_t channels, int64_t S, const T* bias, T* dst,
+// The inverse of to_channel_major from the accumulation type A, adding bias[k] (when given) and
+// rounding to T on the way.
+template <typename T, typename A>
+void from_channel_major(const A* src, int64_t images, int64_t channels, int64_t S, const T* bias, T* dst,
                         int64_t image_stride) {
   for (int64_t k = 0; k < channels; ++k) {
-    const T b = bias ? bias[k] : T(0);
-    for (int64_t i = 0; i < images; ++i) {
-      const T* in = src + (k * images + i) * S;
-      T* out = dst + i * image_stride + k * S;
-      for (int64_t s = 0; s < S; ++s) out[s] = in[s] + b;
-    }
+    const A b = bias ? static_cast<A>(bias[k]) : A(0);
+    for (int64_t i = 0; i < images; ++i) store_plus(src + (k * images + i) * S, b, dst + i * image_stride + k * S, S);
   }
 }
 
@@ -180,18 +224,24 @@ const T* output_grad_of(const ConvPlan& plan, const T* dy, int64_t n0, int64_t i
 
 }  // namespace
 
+// NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp): bfloat16 runs natively —
+// columns and weights stay bfloat16 (half the memory traffic of float32), every GEMM
+// accumulates in float32, and what several GEMMs or taps add up (dx, dw, dbias) is summed in
+// float32 and rounded once.
+
 // x [N, C, H, W], w [K, C/g, KH, KW], bias [K] (optional) → y [N, K, OH, OW]
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                                 const Conv2dParams& p) {
-  if (is_low_precision(y.dtype())) {  // NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp)
+  if (!native_dtype(y.dtype())) {
     ComputeOperands f32(kFloat32, y.device());
     conv2d_forward(f32.in(x), f32.in(w), f32.in(bias), f32.out(y, false), p);
     f32.finish();
     return;
   }
   const ConvPlan plan(x, w, y, p, num_threads_);
-  dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
+  dispatch_conv(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    using A = compute_t<T>;
     const T *xp = x.data<T>(), *wp = gemm_weight(plan, w.data<T>()), *bp = bias.defined() ? bias.data<T>() : nullptr;
     T* yp = y.data<T>();
     for_each_chunk(plan, [&](int, int64_t n0, int64_t images, bool) {
@@ -201,14 +251,17 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
         const T* wg = wp + g * plan.Kg * plan.rows;
         const T* bg = bp ? bp + g * plan.Kg : nullptr;
         T* yg = yp + (n0 * plan.K + g * plan.Kg) * plan.spatial;
-        if (images == 1) {  // y_g [Kg, S] = bias + w_g [Kg, R] @ cols [R, S], written in place
-          for (int64_t k = 0; k < plan.Kg; ++k) std::fill(yg + k * ld, yg + (k + 1) * ld, bg ? bg[k] : T(0));
-          blas_gemm<T>(false, false, plan.Kg, ld, plan.rows, wg, plan.rows, cols, ld, T(1), yg, ld);
-        } else {  // out [Kg, images*S] = w_g @ cols, then bias + transpose into NCHW
-          T* out = scratch<T, kChannelMajor>(plan.Kg * ld);
-          blas_gemm<T>(false, false, plan.Kg, ld, plan.rows, wg, plan.rows, cols, ld, T(0), out, ld);
-          from_channel_major(out, images, plan.Kg, plan.spatial, bg, yg, plan.K * plan.spatial);
+        if constexpr (std::is_same_v<T, A>) {
+          if (images == 1) {  // y_g [Kg, S] = bias + w_g [Kg, R] @ cols [R, S], written in place
+            for (int64_t k = 0; k < plan.Kg; ++k) std::fill(yg + k * ld, yg + (k + 1) * ld, bg ? bg[k] : T(0));
+            conv_gemm<T>(false, false, plan.Kg, ld, plan.rows, wg, plan.rows, cols, ld, A(1), yg, ld, num_threads_);
+            continue;
+          }
         }
+        // out [Kg, images*S] = w_g @ cols, then bias + transpose into NCHW (+ rounding to T)
+        A* out = scratch<A, kChannelMajor>(plan.Kg * ld);
+        conv_gemm<T>(false, false, plan.Kg, ld, plan.rows, wg, plan.rows, cols, ld, A(0), out, ld, num_threads_);
+        from_channel_major(out, images, plan.Kg, plan.spatial, bg, yg, plan.K * plan.spatial);
       }
     });
   });
@@ -216,32 +269,37 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 // dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W]
 void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  if (is_low_precision(dx.dtype())) {  // NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp)
+  if (!native_dtype(dx.dtype())) {
     ComputeOperands f32(kFloat32, dx.device());
     conv2d_backward_input(f32.in(dy), f32.in(w), f32.out(dx, false), p);
     f32.finish();
     return;
   }
   const ConvPlan plan(dx, w, dy, p, num_threads_);
-  dispatch_floating(dy.dtype(), "conv2d_backward_input", [&](auto tag) {
+  dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    using A = compute_t<T>;
+    constexpr bool accumulate_apart = !std::is_same_v<T, A>;  // dx summed in A, rounded at the end
     const T *dyp = dy.data<T>(), *wp = gemm_weight(plan, w.data<T>());
     T* dxp = dx.data<T>();
     for_each_chunk(plan, [&](int, int64_t n0, int64_t images, bool) {
-      const int64_t ld = images * plan.spatial;
-      T* dxn = dxp + n0 * plan.C * plan.in_plane;
-      if (plan.needs_columns()) std::fill(dxn, dxn + images * plan.C * plan.in_plane, T(0));
+      const int64_t ld = images * plan.spatial, chunk_size = images * plan.C * plan.in_plane;
+      A* dxn;
+      if constexpr (accumulate_apart) dxn = scratch<A, kInputGrad>(chunk_size);
+      else dxn = dxp + n0 * plan.C * plan.in_plane;
+      if (plan.needs_columns()) std::fill(dxn, dxn + chunk_size, A(0));
       for (int64_t g = 0; g < plan.groups; ++g) {
         const T* dyg = output_grad_of(plan, dyp, n0, images, g);
         const T* wg = wp + g * plan.Kg * plan.rows;
-        T* dxg = dxn + g * plan.Cg * plan.in_plane;
+        A* dxg = dxn + g * plan.Cg * plan.in_plane;
         // dcols [R, images*S] = w_gᵀ [R, Kg] @ dy_g [Kg, images*S]; direct: dcols is dx_g itself
-        T* dcols = plan.needs_columns() ? scratch<T, kColumns>(plan.rows * ld) : dxg;
-        blas_gemm<T>(true, false, plan.rows, ld, plan.Kg, wg, plan.rows, dyg, ld, T(0), dcols, ld);
+        A* dcols = plan.needs_columns() ? scratch<A, kColumns>(plan.rows * ld) : dxg;
+        conv_gemm<T>(true, false, plan.rows, ld, plan.Kg, wg, plan.rows, dyg, ld, A(0), dcols, ld, num_threads_);
         if (!plan.needs_columns()) continue;
         for (int64_t b = 0; b < images; ++b)
           col2im_add(dcols + b * plan.spatial, ld, plan.geo, dxg + b * plan.C * plan.in_plane);
       }
+      if constexpr (accumulate_apart) narrow(dxn, dxp + n0 * plan.C * plan.in_plane, chunk_size);
     });
   });
 }
@@ -249,56 +307,65 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
 // dy [N, K, OH, OW], x [N, C, H, W] → dw [K, C/g, KH, KW] (overwritten), dbias [K] (optional)
 void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
-  if (is_low_precision(dw.dtype())) {  // NOTE [ CPU float16/bfloat16 GEMM and convolution ] (gemm.cpp)
+  if (!native_dtype(dw.dtype())) {
     ComputeOperands f32(kFloat32, dw.device());
     conv2d_backward_weight(f32.in(dy), f32.in(x), f32.out(dw, false), f32.out(dbias, false), p);
     f32.finish();
     return;
   }
   const ConvPlan plan(x, dw, dy, p, num_threads_);
-  dispatch_floating(dy.dtype(), "conv2d_backward_weight", [&](auto tag) {
+  dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    using A = compute_t<T>;
+    constexpr bool accumulate_apart = !std::is_same_v<T, A>;  // sums in A, rounded at the end
     const T *dyp = dy.data<T>(), *xp = x.data<T>();
     const int64_t weight_size = plan.K * plan.rows;
     const bool with_bias = dbias.defined();
     if (plan.chunks == 0) {  // empty batch: zero gradients
-      std::fill_n(dw.data<T>(), weight_size, T(0));
+      std::fill_n(dw.data<T>(), dw.numel(), T(0));
       if (with_bias) std::fill_n(dbias.data<T>(), plan.K, T(0));
       return;
     }
-    // Thread t's sums: dw (its live taps when cropped) and dbias for thread 0, scratch for others.
-    std::vector<T*> dw_of(plan.threads), db_of(plan.threads);
+    // Thread t's sums: dw (its live taps when cropped) and dbias for thread 0, scratch for others
+    // (and for thread 0 too when the sums are kept apart from T).
+    std::vector<A*> dw_of(plan.threads), db_of(plan.threads);
     for_each_chunk(plan, [&](int t, int64_t n0, int64_t images, bool first) {
       if (first) {
-        if (t == 0) dw_of[t] = plan.cropped ? scratch<T, kCroppedWeight>(weight_size) : dw.data<T>();
-        else dw_of[t] = scratch<T, kWeightPartial>(weight_size + plan.K);
-        db_of[t] = t == 0 ? (with_bias ? dbias.data<T>() : nullptr) : dw_of[t] + weight_size;
+        if (t == 0 && (plan.cropped || accumulate_apart)) {
+          dw_of[t] = scratch<A, kCroppedWeight>(weight_size + plan.K);
+          db_of[t] = dw_of[t] + weight_size;
+        } else if (t == 0) {
+          if constexpr (!accumulate_apart) dw_of[t] = dw.data<T>(), db_of[t] = with_bias ? dbias.data<T>() : nullptr;
+        } else {
+          dw_of[t] = scratch<A, kWeightPartial>(weight_size + plan.K);
+          db_of[t] = dw_of[t] + weight_size;
+        }
       }
       const int64_t ld = images * plan.spatial;
       for (int64_t g = 0; g < plan.groups; ++g) {
         const T* dyg = output_grad_of(plan, dyp, n0, images, g);
         const T* cols = columns_of(plan, xp, n0, images, g);
         // dw_g [Kg, R] (+)= dy_g [Kg, images*S] @ colsᵀ [images*S, R]
-        blas_gemm<T>(false, true, plan.Kg, plan.rows, ld, dyg, ld, cols, ld, first ? T(0) : T(1),
-                     dw_of[t] + g * plan.Kg * plan.rows, plan.rows);
+        conv_gemm<T>(false, true, plan.Kg, plan.rows, ld, dyg, ld, cols, ld, first ? A(0) : A(1),
+                     dw_of[t] + g * plan.Kg * plan.rows, plan.rows, num_threads_);
         if (!with_bias) continue;
-        T* db = db_of[t] + g * plan.Kg;
+        A* db = db_of[t] + g * plan.Kg;
         for (int64_t k = 0; k < plan.Kg; ++k) {
           const T* row = dyg + k * ld;
-          T sum = 0;
+          A sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int64_t i = 0; i < ld; ++i) sum += row[i];
+          for (int64_t i = 0; i < ld; ++i) sum += static_cast<A>(row[i]);
           db[k] = first ? sum : db[k] + sum;
         }
       }
     });
-    T* dwp = dw_of[0];
-    T* dbp = with_bias ? dbias.data<T>() : nullptr;
+    A* dwp = dw_of[0];
+    A* dbp = db_of[0];
     if (plan.threads > 1) {
 #pragma omp parallel for num_threads(plan.threads) schedule(static)
       for (int64_t i = 0; i < weight_size + plan.K; ++i) {
-        if (i >= weight_size && !dbp) continue;
-        T sum = 0;
+        if (i >= weight_size && !with_bias) continue;
+        A sum = 0;
         for (int t = 1; t < plan.threads; ++t) sum += dw_of[t][i];
         if (i < weight_size) dwp[i] += sum;
         else dbp[i - weight_size] += sum;
@@ -307,7 +374,14 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
     if (plan.cropped) {  // taps that only saw padding get no gradient
       T* full = dw.data<T>();
       std::fill_n(full, dw.numel(), T(0));
-      for_each_live_tap(plan, [&](int64_t f, int64_t i) { full[f] = dwp[i]; });
+      for_each_live_tap(plan, [&](int64_t f, int64_t i) { full[f] = static_cast<T>(dwp[i]); });
+    } else if constexpr (accumulate_apart) {
+      narrow(dwp, dw.data<T>(), weight_size);
+    }
+    if constexpr (accumulate_apart) {
+      if (with_bias) narrow(dbp, dbias.data<T>(), plan.K);
+    } else {
+      if (with_bias && plan.cropped) std::copy_n(dbp, plan.K, dbias.data<T>());
     }
   });
 }

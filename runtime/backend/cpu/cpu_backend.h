@@ -135,6 +135,9 @@ class CpuBackend final : public Backend {
                         double growth_factor, double backoff_factor, int64_t growth_interval) override;
 
  private:
+  // gemm() for bfloat16 on oneDNN (NOTE [ CPU float16/bfloat16 GEMM and convolution ], gemm.cpp).
+  void bf16_batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta);
+
   int num_threads_;
   CpuGemm gemm_;
   CpuBlockCache cache_;

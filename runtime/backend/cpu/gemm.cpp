@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "runtime/backend/cpu/bf16_gemm.h"
 #include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
@@ -67,14 +68,46 @@ void openblas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, in
 }  // namespace
 
 // NOTE [ CPU float16/bfloat16 GEMM and convolution ]
-// Computed in float32: the operands are converted exactly (every float16 and bfloat16 value is a
-// float32), the float32 kernel multiplies and accumulates in float32, and the result is rounded
-// once to the output dtype. Numerically that is a low-precision GEMM with float32 accumulation,
-// as cuBLAS and oneDNN compute it (only the summation order differs); in speed it is float32
-// plus the conversions, not faster. Native AVX-512 BF16 kernels are what makes it faster.
+// bfloat16 runs natively on CPUs with AVX-512 BF16, through oneDNN (NOTE [ CPU bfloat16 GEMM ]
+// in bf16_gemm.h): products of bfloat16 pairs accumulated in float32, rounded once to the output.
+// float16 (no native CPU kernel short of AVX512-FP16/AMX) and bfloat16 elsewhere are computed in
+// float32: the operands are converted exactly (every float16 and bfloat16 value is a float32),
+// the float32 kernel multiplies and accumulates in float32, and the result is rounded once.
+// Numerically both are a low-precision GEMM with float32 accumulation, as cuBLAS computes it
+// (only the summation order differs); in speed the conversion path is float32 plus conversions.
+void CpuBackend::bf16_batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) {
+  const int64_t nd = c.dim();
+  const int64_t batch = nd == 3 ? c.shape()[0] : 1;
+  const MatrixLayout la = layout_of(a), lb = layout_of(b);
+  Bf16GemmArgs g;
+  g.ta = la.trans == CblasTrans, g.tb = lb.trans == CblasTrans;
+  g.M = c.shape()[nd - 2], g.N = c.shape()[nd - 1], g.K = a.shape()[nd - 1];
+  g.lda = la.ld, g.ldb = lb.ld, g.ldc = g.N;
+  g.alpha = static_cast<float>(alpha), g.beta = static_cast<float>(beta);
+  const int64_t sa = nd == 3 ? a.strides()[0] : 0, sb = nd == 3 ? b.strides()[0] : 0;
+  const auto *ap = a.data<Eigen::bfloat16>(), *bp = b.data<Eigen::bfloat16>();
+  auto* cp = c.data<Eigen::bfloat16>();
+  auto product = [&](int64_t i, int threads) {
+    Bf16GemmArgs gi = g;
+    gi.A = ap + i * sa, gi.B = bp + i * sb;
+    bf16_gemm(gi, cp + i * g.M * g.N, threads);
+  };
+  // As below: many small products one per thread, else oneDNN threads each product.
+  if (batch >= 2 * num_threads_ && g.M * g.N * g.K < (int64_t(1) << 21)) {
+#pragma omp parallel for num_threads(num_threads_) schedule(static)
+    for (int64_t i = 0; i < batch; ++i) product(i, 1);
+  } else {
+    for (int64_t i = 0; i < batch; ++i) product(i, num_threads_);
+  }
+}
+
 void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) {
   DP_ASSERT(c.is_contiguous() && a.dim() == c.dim() && b.dim() == c.dim());
   DP_ASSERT(a.dtype() == c.dtype() && b.dtype() == c.dtype());
+  if (c.dtype() == kBFloat16 && bf16_gemm_available() && c.numel() > 0 && a.shape().back() > 0) {
+    bf16_batched_gemm(a, b, c, alpha, beta);
+    return;
+  }
   if (is_low_precision(c.dtype())) {
     ComputeOperands f32(kFloat32, c.device());
     const Tensor c32 = f32.out(c, beta != 0.0);

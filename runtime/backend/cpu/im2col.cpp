@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <Eigen/Core>
+
 namespace dp::cpu {
 
 namespace {
@@ -119,6 +121,7 @@ void col2im_add(T* col, int64_t ld_col, const Im2colGeometry& g, T* dx) {
 
 template void im2col<float>(const float*, const Im2colGeometry&, float*, int64_t);
 template void im2col<double>(const double*, const Im2colGeometry&, double*, int64_t);
+template void im2col<Eigen::bfloat16>(const Eigen::bfloat16*, const Im2colGeometry&, Eigen::bfloat16*, int64_t);
 template void col2im_add<float>(float*, int64_t, const Im2colGeometry&, float*);
 template void col2im_add<double>(double*, int64_t, const Im2colGeometry&, double*);
 

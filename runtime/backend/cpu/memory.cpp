@@ -8,6 +8,7 @@
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/strided_loop.h"
 #include "runtime/tensor/generator.h"
 
@@ -125,6 +126,11 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
                       [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
                         D* o = dp_ + off[0];
                         const S* i = sp + off[1];
+                        if constexpr (is_half_type_v<S> && std::is_same_v<D, float>) {
+                          if (st[0] == 1 && st[1] == 1) return widen(i, o, n);  // vectorised casts
+                        } else if constexpr (std::is_same_v<S, float> && is_half_type_v<D>) {
+                          if (st[0] == 1 && st[1] == 1) return narrow(i, o, n);
+                        }
                         if (st[0] == 1 && st[1] == 1) {
                           for (int64_t k = 0; k < n; ++k) o[k] = convert<D>(i[k]);
                         } else {

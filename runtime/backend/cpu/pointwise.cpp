@@ -1,10 +1,12 @@
 // Pointwise kernels. Each op is a small functor; dispatch picks the functor once, outside the
-// loop, so the inner loops vectorise.
+// loop, so the inner loops vectorise. Contiguous runs of float16/bfloat16 go through float32
+// blocks (NOTE [ Low-precision element-wise kernels on the CPU ] in half_convert.h).
 #include <cmath>
 #include <type_traits>
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/strided_loop.h"
 
 namespace dp {
@@ -119,7 +121,9 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
       T* yp = y.data<T>();
       if (x.is_contiguous()) {
         parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) yp[i] = static_cast<T>(f(static_cast<C>(xp[i])));
+          for_each_block<T, 1>(b, e, yp, {xp}, [&](auto* o, const auto& in, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) o[i] = f(in[0][i]);
+          });
         });
         return;
       }
@@ -136,13 +140,13 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous());
   dispatch_floating_and_half(x.dtype(), unary_op_name(op), [&](auto tag) {
     using T = decltype(tag);
-    using C = compute_t<T>;
     dispatch_unary_backward(op, [&](auto f) {
       const T *xp = x.data<T>(), *yp = y.data<T>(), *gp = dy.data<T>();
       T* dp_ = dx.data<T>();
       parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i)
-          dp_[i] = static_cast<T>(f(static_cast<C>(xp[i]), static_cast<C>(yp[i]), static_cast<C>(gp[i])));
+        for_each_block<T, 3>(b, e, dp_, {xp, yp, gp}, [&](auto* o, const auto& in, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) o[i] = f(in[0][i], in[1][i], in[2][i]);
+        });
       });
     });
   });
@@ -157,9 +161,12 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
       const T *ap = a.data<T>(), *bp = b.data<T>();
       T* op_ = out.data<T>();
       auto g = [&f](T x, T y) { return static_cast<T>(f(static_cast<C>(x), static_cast<C>(y))); };
+      auto both = [&f](auto* o, const auto& in, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(in[0][i], in[1][i]);
+      };
       if (a.is_contiguous() && b.is_contiguous()) {
         parallel_range(out.numel(), num_threads_, [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) op_[i] = g(ap[i], bp[i]);
+          for_each_block<T, 2>(s, e, op_, {ap, bp}, both);
         });
         return;
       }
@@ -169,13 +176,17 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
                         const T* pa = ap + off[1];
                         const T* pb = bp + off[2];
                         if (st[1] == 1 && st[2] == 0) {  // row op scalar (e.g. bias per channel)
-                          const T s = *pb;
-                          for (int64_t k = 0; k < n; ++k) o[k] = g(pa[k], s);
+                          const C s = static_cast<C>(*pb);
+                          for_each_block<T, 1>(0, n, o, {pa}, [&](auto* oo, const auto& in, int64_t m) {
+                            for (int64_t k = 0; k < m; ++k) oo[k] = f(in[0][k], s);
+                          });
                         } else if (st[1] == 1 && st[2] == 1) {
-                          for (int64_t k = 0; k < n; ++k) o[k] = g(pa[k], pb[k]);
+                          for_each_block<T, 2>(0, n, o, {pa, pb}, both);
                         } else if (st[1] == 0 && st[2] == 1) {
-                          const T s = *pa;
-                          for (int64_t k = 0; k < n; ++k) o[k] = g(s, pb[k]);
+                          const C s = static_cast<C>(*pa);
+                          for_each_block<T, 1>(0, n, o, {pb}, [&](auto* oo, const auto& in, int64_t m) {
+                            for (int64_t k = 0; k < m; ++k) oo[k] = f(s, in[0][k]);
+                          });
                         } else {
                           for (int64_t k = 0; k < n; ++k) o[k] = g(pa[k * st[1]], pb[k * st[2]]);
                         }
@@ -195,7 +206,9 @@ void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Ten
       T* op_ = out.data<T>();
       if (a.is_contiguous()) {
         parallel_range(out.numel(), num_threads_, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) op_[i] = static_cast<T>(f(static_cast<C>(ap[i]), sv));
+          for_each_block<T, 1>(b, e, op_, {ap}, [&](auto* o, const auto& in, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) o[i] = f(in[0][i], sv);
+          });
         });
         return;
       }
@@ -217,12 +230,18 @@ void CpuBackend::axpby(double alpha, const Tensor& x, double beta, const Tensor&
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
     parallel_range(y.numel(), num_threads_, [&](int64_t s, int64_t e) {
-      if (beta == 0.0) {
-        for (int64_t i = s; i < e; ++i) yp[i] = static_cast<T>(a * static_cast<C>(xp[i]));
+      if (beta == 0.0) {  // y is not read: it may hold NaN, and 0·NaN would keep it
+        for_each_block<T, 1>(s, e, yp, {xp}, [&](auto* o, const auto& in, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) o[i] = a * in[0][i];
+        });
       } else if (alpha == 1.0 && beta == 1.0) {
-        for (int64_t i = s; i < e; ++i) yp[i] = static_cast<T>(static_cast<C>(yp[i]) + static_cast<C>(xp[i]));
+        for_each_block<T, 2>(s, e, yp, {xp, yp}, [&](auto* o, const auto& in, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) o[i] = in[1][i] + in[0][i];
+        });
       } else {
-        for (int64_t i = s; i < e; ++i) yp[i] = static_cast<T>(a * static_cast<C>(xp[i]) + b * static_cast<C>(yp[i]));
+        for_each_block<T, 2>(s, e, yp, {xp, yp}, [&](auto* o, const auto& in, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) o[i] = a * in[0][i] + b * in[1][i];
+        });
       }
     });
   });

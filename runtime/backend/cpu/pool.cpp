@@ -7,6 +7,7 @@
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/half_convert.h"
 
 namespace dp {
 
@@ -47,7 +48,7 @@ void accumulate_plane(T* out, int64_t size, std::vector<compute_t<T>>& scratch, 
   } else {
     scratch.assign(static_cast<size_t>(size), C(0));
     body(scratch.data());
-    for (int64_t i = 0; i < size; ++i) out[i] = static_cast<T>(scratch[static_cast<size_t>(i)]);
+    narrow(scratch.data(), out, size);
   }
 }
 
@@ -73,6 +74,7 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tens
   int32_t* ip = indices.data<int32_t>();
   dispatch_floating_and_half(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
+    using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
     const bool fast_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
@@ -81,45 +83,41 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tens
     // (the stores to out/idx could otherwise alias them).
     const int64_t H = s.H, W = s.W, OH = s.OH, OW = s.OW;
     const Pool2dParams q = p;
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (s.count * H * W > kParallelGrain)
-    for (int64_t plane = 0; plane < s.count; ++plane) {
-      const T* in = xp + plane * H * W;
-      T* out = yp + plane * OH * OW;
-      int32_t* idx = ip + plane * OH * OW;
+    auto pool_plane = [=](const C* in, C* out, int32_t* idx) {  // by value: see above
       if (fast_2x2) {
         for (int64_t oh = 0; oh < OH; ++oh) {
-          const T* r0 = in + 2 * oh * W;
-          const T* r1 = r0 + W;
+          const C* r0 = in + 2 * oh * W;
+          const C* r1 = r0 + W;
           for (int64_t ow = 0; ow < OW; ++ow) {
             // Strict '>' keeps the first maximum in scan order, as PyTorch; NaN wins. Written as
             // selects, not branches: on real activations the comparisons are unpredictable.
             const int32_t i0 = static_cast<int32_t>(2 * oh * W + 2 * ow), i2 = i0 + static_cast<int32_t>(W);
-            T best = r0[2 * ow];
+            C best = r0[2 * ow];
             int32_t best_i = i0;
-            const T c1 = r0[2 * ow + 1], c2 = r1[2 * ow], c3 = r1[2 * ow + 1];
-            bool take = c1 > best || c1 != c1;
+            const C c1 = r0[2 * ow + 1], c2 = r1[2 * ow], c3 = r1[2 * ow + 1];
+            bool take = (c1 > best) | (c1 != c1);  // `|`, not `||`: no branch, the loop vectorises
             best = take ? c1 : best;
             best_i = take ? i0 + 1 : best_i;
-            take = c2 > best || c2 != c2;
+            take = (c2 > best) | (c2 != c2);
             best = take ? c2 : best;
             best_i = take ? i2 : best_i;
-            take = c3 > best || c3 != c3;
+            take = (c3 > best) | (c3 != c3);
             best = take ? c3 : best;
             best_i = take ? i2 + 1 : best_i;
             out[oh * OW + ow] = best;
             idx[oh * OW + ow] = best_i;
           }
         }
-        continue;
+        return;
       }
       for (int64_t oh = 0; oh < OH; ++oh) {
         for (int64_t ow = 0; ow < OW; ++ow) {
-          T best = -std::numeric_limits<T>::infinity();
+          C best = -std::numeric_limits<C>::infinity();
           int64_t best_i = -1;
           const int64_t h0 = oh * q.stride_h - q.pad_h, w0 = ow * q.stride_w - q.pad_w;
           for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + q.kernel_h, H); ++h) {
             for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w0 + q.kernel_w, W); ++w) {
-              const T v = in[h * W + w];
+              const C v = in[h * W + w];
               if (best_i < 0 || v > best || v != v) {
                 best = v;
                 best_i = h * W + w;
@@ -128,6 +126,23 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tens
           }
           out[oh * OW + ow] = best;
           idx[oh * OW + ow] = static_cast<int32_t>(best_i);
+        }
+      }
+    };
+#pragma omp parallel num_threads(num_threads_) if (s.count * H * W > kParallelGrain)
+    {
+      std::vector<C> wide_in, wide_out;  // float16/bfloat16 planes in float32 (half_convert.h)
+#pragma omp for schedule(static)
+      for (int64_t plane = 0; plane < s.count; ++plane) {
+        int32_t* idx = ip + plane * OH * OW;
+        if constexpr (is_half_type_v<T>) {
+          wide_in.resize(static_cast<size_t>(H * W));
+          wide_out.resize(static_cast<size_t>(OH * OW));
+          widen(xp + plane * H * W, wide_in.data(), H * W);
+          pool_plane(wide_in.data(), wide_out.data(), idx);
+          narrow(wide_out.data(), yp + plane * OH * OW, OH * OW);
+        } else {
+          pool_plane(xp + plane * H * W, yp + plane * OH * OW, idx);
         }
       }
     }
