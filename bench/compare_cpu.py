@@ -4,6 +4,9 @@ the ratios as a Markdown table: dptrain time / PyTorch time (lower is better; go
 GEMM throughput as a fraction of OpenBLAS through PyTorch.
 
   python3 bench/compare_cpu.py [--build build] [--threads 2] [--iters 20] [--rounds 3]
+                               [--precision fp32,bf16] [--only small_cnn_b128]
+
+--precision lists the step precisions to compare: fp32, and bf16 (autocast on both sides).
 
 Rounds alternate the two programs so drift on a shared machine hits both alike; the table
 reports the median over rounds of each side's median step time.
@@ -29,27 +32,37 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    ap.add_argument("--only", help="the one training case to run (default all)")
     args = ap.parse_args()
 
     torch_env = dict(os.environ)
     torch_env.pop("OPENBLAS_CORETYPE", None)
     torch_env.pop("OPENBLAS_L2_SIZE", None)
-    torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"), "--threads", str(args.threads),
-                 "--iters", str(args.iters)]
-    ours_cmd = [os.path.join(args.build, "bench", "train_step_bench"), "--threads", str(args.threads),
-                "--iters", str(args.iters)]
+    precisions = args.precision.split(",")
+    only = [args.only] if args.only else []
+    torch_cmds, ours_cmds = [], []
+    for prec in precisions:
+        torch_cmds.append(["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"), "--threads",
+                           str(args.threads), "--iters", str(args.iters), "--precision", prec] +
+                          [a for name in only for a in ("--only", name)] +
+                          (["--only", "sgemm_2048"] if only and prec == "fp32" else []))
+        ours_cmds.append([os.path.join(args.build, "bench", "train_step_bench"), "--threads", str(args.threads),
+                          "--iters", str(args.iters), "--precision", prec] +
+                         [a for name in only for a in ("--only", name)])
     gemm_cmd = [os.path.join(args.build, "bench", "gemm_bench"), "--threads", str(args.threads)]
 
     torch_ms, ours_ms, torch_gemm, ours_gemm = {}, {}, [], {}
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
-        for rec in run_json(torch_cmd, torch_env):
-            if rec["name"].startswith("sgemm"):
-                torch_gemm.append(rec["gflops"])
-            else:
-                torch_ms.setdefault(rec["name"], []).append(rec["median_ms"])
-        for rec in run_json(ours_cmd):
-            ours_ms.setdefault(rec["name"], []).append(rec["median_ms"])
+        for torch_cmd, ours_cmd in zip(torch_cmds, ours_cmds):
+            for rec in run_json(torch_cmd, torch_env):
+                if rec["name"].startswith("sgemm"):
+                    torch_gemm.append(rec["gflops"])
+                else:
+                    torch_ms.setdefault(rec["name"], []).append(rec["median_ms"])
+            for rec in run_json(ours_cmd):
+                ours_ms.setdefault(rec["name"], []).append(rec["median_ms"])
         for rec in run_json(gemm_cmd):
             ours_gemm.setdefault(rec["name"], []).append(rec["gflops"])
 

@@ -6,6 +6,10 @@ fixed random data: warmup, then median and min over --iters. Prints one JSON obj
 with the same fields as bench_util.h's Timing ({"name", "median_ms", "min_ms", "iters"}).
 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/torch_reference.py --threads 2
+
+--precision bf16 runs forward and loss under torch.autocast("cpu", torch.bfloat16) (PyTorch's
+CPU autocast: oneDNN bf16 convolutions and linears) and names the cases "<case>_bf16", as
+train_step_bench --precision bf16 does.
 """
 import argparse
 import json
@@ -60,7 +64,7 @@ def time_ms(fn, warmup, iters):
     return statistics.median(ms), min(ms)
 
 
-def bench_train(name, warmup, iters):
+def bench_train(name, warmup, iters, precision="fp32"):
     factory, shape = TRAIN_CASES[name]
     torch.manual_seed(0)
     model = factory()
@@ -71,12 +75,14 @@ def bench_train(name, warmup, iters):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
     median, best = time_ms(step, warmup, iters)
-    return {"name": name, "median_ms": round(median, 3), "min_ms": round(best, 3), "iters": iters}
+    label = name if precision == "fp32" else f"{name}_{precision}"
+    return {"name": label, "median_ms": round(median, 3), "min_ms": round(best, 3), "iters": iters}
 
 
 def bench_sgemm(n, warmup, iters):
@@ -95,6 +101,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
     names = list(TRAIN_CASES) + ["sgemm_2048"]
     p.add_argument("--only", choices=names, action="append", help="run just this case (repeatable)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32, or bf16 CPU autocast for the training cases (default fp32)")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -102,7 +110,7 @@ def main():
         if name == "sgemm_2048":
             r = bench_sgemm(2048, args.warmup, args.iters)
         else:
-            r = bench_train(name, args.warmup, args.iters)
+            r = bench_train(name, args.warmup, args.iters, args.precision)
         r.update(threads=args.threads, torch=torch.__version__)
         print(json.dumps(r), flush=True)
 

@@ -2,7 +2,7 @@
 // gpu/torch_gpu_step.py on a GPU): one step = forward, cross-entropy, backward, SGD (momentum
 // 0.9), zero_grad(set_to_none). Fixed random inputs; warmup, then median/min over --iters. JSON
 // lines on stdout.
-//   train_step_bench [--threads 2] [--iters 20] [--warmup 5] [--only PREFIX]
+//   train_step_bench [--threads 2] [--iters 20] [--warmup 5] [--only PREFIX] [--precision bf16]
 //   train_step_bench --memory-steps 1000 [--only small_cnn_b128]   (peak RSS over a long run)
 //   train_step_bench --device cuda [--tf32] [--block 10]          (GPU: see below)
 //
@@ -12,7 +12,9 @@
 // and min are over --iters such blocks, after --warmup untimed steps (cuDNN's algorithm search
 // and the memory pool's first allocations happen there). --tf32 lets float32 GEMMs and
 // convolutions use TF32 tensor cores (CudaOptions::allow_tf32), as PyTorch's allow_tf32 flags.
-// Cases marked gpu_only (too slow on a CPU to be useful) run only with --device cuda.
+// --precision bf16|fp16 runs forward and loss under autocast (float32 master weights, as
+// run.precision; no loss scaling: the step time is the point) and suffixes the case names
+// ("small_cnn_b128_bf16"). Cases marked gpu_only (too slow on a CPU to be useful) run only with --device cuda.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "bench/bench_util.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
+#include "runtime/autograd/autocast.h"
 #include "runtime/core/runtime.h"
 #ifdef DPTRAIN_HAVE_CUDA
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -80,7 +83,10 @@ int main(int argc, char** argv) {
   int memory_steps = 0, block = 10;
   std::string device_spec = "cpu";
   bool tf32 = false;
+  std::string precision = "fp32";
   dp::bench::add_common_options(app, opt);
+  app.add_option("--precision", precision, "fp32, or bf16/fp16 autocast")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--memory-steps", memory_steps, "run this many steps and report peak RSS instead of timing");
   app.add_option("--device", device_spec, "cpu, cuda or cuda:N");
   app.add_option("--block", block, "GPU: steps per timed sample (queued back to back)")->check(CLI::PositiveNumber);
@@ -103,8 +109,12 @@ int main(int argc, char** argv) {
   // number printed below is the one in force.
   if (device.is_cuda()) static_cast<dp::cuda::CudaBackend&>(device.backend()).set_allow_tf32(tf32);
 #endif
-  for (const Case& c : kCases) {
-    if (!opt.selected(c.name)) continue;
+  const dp::DType autocast = precision == "bf16" ? dp::kBFloat16 : precision == "fp16" ? dp::kFloat16 : dp::kFloat32;
+  for (const Case& case_ : kCases) {
+    if (!opt.selected(case_.name)) continue;
+    const std::string case_name = precision == "fp32" ? case_.name : std::string(case_.name) + "_" + precision;
+    Case c = case_;
+    c.name = case_name.c_str();
     if (c.gpu_only && !device.is_cuda()) continue;
     dp::Generator gen(0);
     dp::ModelSpec spec;
@@ -122,7 +132,11 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
     dp::Tensor y = dp::from_vector<int64_t>(labels, {c.input[0]}, device);
     auto step = [&] {
-      dp::Tensor loss = dp::cross_entropy(model->forward(x), y);
+      dp::Tensor loss;
+      {
+        dp::AutocastGuard autocast_scope(autocast);
+        loss = dp::cross_entropy(model->forward(x), y);
+      }
       loss.backward();
       sgd.step();
       sgd.zero_grad(true);

@@ -158,6 +158,26 @@ void store_plus(const A* src, A bias, T* dst, int64_t n) {
   }
 }
 
+// Σ row[0, n) in the accumulation type (float16/bfloat16 widened in blocks, see half_convert.h).
+template <typename T>
+compute_t<T> row_sum(const T* row, int64_t n) {
+  using A = compute_t<T>;
+  A sum = 0;
+  if constexpr (is_half_type_v<T>) {
+    alignas(64) float block[kConvertBlock];
+    for (int64_t s = 0; s < n; s += kConvertBlock) {
+      const int64_t m = std::min(kConvertBlock, n - s);
+      widen(row + s, block, m);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < m; ++i) sum += block[i];
+    }
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += row[i];
+  }
+  return sum;
+}
+
 // dst [channels, images*S] (channel-major) from `images` NCHW blocks of [channels, S] each
 // `image_stride` apart.
 template <typename T>
@@ -351,10 +371,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
         if (!with_bias) continue;
         A* db = db_of[t] + g * plan.Kg;
         for (int64_t k = 0; k < plan.Kg; ++k) {
-          const T* row = dyg + k * ld;
-          A sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t i = 0; i < ld; ++i) sum += static_cast<A>(row[i]);
+          const A sum = row_sum(dyg + k * ld, ld);
           db[k] = first ? sum : db[k] + sum;
         }
       }

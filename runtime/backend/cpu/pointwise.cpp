@@ -78,6 +78,18 @@ decltype(auto) dispatch_unary_backward(UnaryOp op, Fn&& fn) {
   throw Error("unknown unary op");
 }
 
+// Whether the gradient functor above reads x (the others need only y and dy).
+bool backward_reads_input(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Log:
+    case UnaryOp::Abs:
+    case UnaryOp::Square:
+    case UnaryOp::Gelu:
+    case UnaryOp::Silu: return true;
+    default: return false;
+  }
+}
+
 template <typename Fn>
 decltype(auto) dispatch_binary(BinaryOp op, Fn&& fn) {
   switch (op) {
@@ -143,7 +155,14 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     dispatch_unary_backward(op, [&](auto f) {
       const T *xp = x.data<T>(), *yp = y.data<T>(), *gp = dy.data<T>();
       T* dp_ = dx.data<T>();
+      const bool reads_x = backward_reads_input(op);
       parallel_range(x.numel(), num_threads_, [&](int64_t b, int64_t e) {
+        if (!reads_x) {  // one input stream fewer (ReLU's gradient needs only y and dy)
+          for_each_block<T, 2>(b, e, dp_, {yp, gp}, [&](auto* o, const auto& in, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) o[i] = f(in[0][i], in[0][i], in[1][i]);  // x unread
+          });
+          return;
+        }
         for_each_block<T, 3>(b, e, dp_, {xp, yp, gp}, [&](auto* o, const auto& in, int64_t n) {
           for (int64_t i = 0; i < n; ++i) o[i] = f(in[0][i], in[1][i], in[2][i]);
         });
