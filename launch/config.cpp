@@ -369,6 +369,7 @@ Section<LossScaleConfig> loss_scale_section() {
 
 constexpr std::array<std::string_view, 2> kCommBackends = {"auto", "mpi"};
 constexpr std::array<std::string_view, 2> kBufferSyncs = {"broadcast", "average"};
+constexpr std::array<std::string_view, 2> kGradDtypes = {"fp32", "bf16"};
 
 Section<DistributedConfig> distributed_section() {
   return {"distributed", &Config::distributed,
@@ -378,7 +379,8 @@ Section<DistributedConfig> distributed_section() {
            field("find_unused_parameters", &DistributedConfig::find_unused_parameters, boolean()),
            field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs)),
            field("timeout_s", &DistributedConfig::timeout_s, watchdog_timeout()),
-           field("check_agreement", &DistributedConfig::check_agreement, boolean())},
+           field("check_agreement", &DistributedConfig::check_agreement, boolean()),
+           field("grad_dtype", &DistributedConfig::grad_dtype, one_of(kGradDtypes))},
           nullptr};
 }
 

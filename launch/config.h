@@ -128,6 +128,7 @@ struct DistributedConfig {
   std::string buffer_sync = "broadcast";  // BatchNorm statistics before evaluation: broadcast | average
   double timeout_s = 300;              // watchdog: a collective stuck this long aborts every rank (0: off)
   bool check_agreement = true;         // ranks compare each collective's fingerprint before running it
+  std::string grad_dtype = "fp32";     // gradients on the wire: fp32 | bf16 (PyTorch's bf16_compress_hook)
 };
 
 // The autocast dtype run.precision names: kFloat32 (off), kBFloat16 or kFloat16.

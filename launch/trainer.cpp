@@ -365,6 +365,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     ro.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mb * (1 << 20));
     ro.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
     ro.find_unused_parameters = config.distributed.find_unused_parameters;
+    if (config.distributed.grad_dtype == "bf16") ro.wire_dtype = kBFloat16;
     reducer = std::make_unique<Reducer>(model->named_parameters(), *model_group, ro);
   }
   int64_t num_params = 0;
@@ -406,13 +407,15 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     if (world_size > 1)
       os << "\ndata-parallel over " << world_size << " ranks (" << group->backend_name() << "): batch "
          << config.data.batch_size / world_size << " per rank, " << reducer->buckets().size() << " gradient buckets"
-         << (model_group != group ? std::string(" (") + model_group->backend_name() + ")" : "");
+         << (model_group != group ? std::string(" (") + model_group->backend_name() + ")" : "")
+         << (config.distributed.grad_dtype == "bf16" ? ", sent as bf16" : "");
     console.line(os.str());
   }
   if (metrics)
     metrics->write({{"event", "start"}, {"model", config.model.name}, {"parameters", num_params},
                     {"device", device.str()}, {"threads", config.run.threads}, {"steps_per_epoch", steps_per_epoch},
-                    {"world_size", world_size}, {"precision", config.run.precision}});
+                    {"world_size", world_size}, {"precision", config.run.precision},
+                    {"grad_dtype", config.distributed.grad_dtype}});
 
   // On a terminal the progress line is redrawn often; in a log, every log_every steps.
   const int64_t report_every =

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/ops/creation.h"
@@ -91,6 +92,8 @@ void Reducer::plan(const std::vector<size_t>& order) {
     Bucket& b = buckets[bi];
     const Tensor& first = params_[b.params.front()].second;
     b.buffer = zeros({bucket_elements[bi]}, first.dtype(), first.device());
+    if (options_.wire_dtype && is_floating(first.dtype()) && first.dtype() != *options_.wire_dtype)
+      b.wire = empty({bucket_elements[bi]}, *options_.wire_dtype, first.device());
     for (size_t k = 0; k < b.params.size(); ++k) {
       const size_t index = b.params[k];
       Tensor& p = params_[index].second;
@@ -142,7 +145,16 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && pending_in_bucket_[next_to_launch_] == 0) {
     const size_t b = next_to_launch_++;
     launched_at_[b] = Clock::now();
-    work_[b] = group_.all_reduce(buckets_[b].buffer, CollectiveReduce::Average, static_cast<int64_t>(b));
+    Bucket& bucket = buckets_[b];
+    if (!bucket.wire.defined()) {
+      work_[b] = group_.all_reduce(bucket.buffer, CollectiveReduce::Average, static_cast<int64_t>(b));
+      continue;
+    }
+    // NOTE [ Compressed gradient communication ]: cast, divide, sum (cast back in finish()).
+    NoGradGuard no_grad;
+    bucket.wire.copy_(bucket.buffer);
+    bucket.wire.device().backend().binary_scalar(BinaryOp::Div, bucket.wire, group_.size(), bucket.wire);
+    work_[b] = group_.all_reduce(bucket.wire, CollectiveReduce::Sum, static_cast<int64_t>(b));
   }
 }
 
@@ -189,6 +201,10 @@ ReducerStepStats Reducer::finish() {
     if (!was_done) {
       last_done = Clock::now();
       stats.last_bucket = static_cast<int>(b);
+    }
+    if (buckets_[b].wire.defined()) {
+      NoGradGuard no_grad;
+      buckets_[b].buffer.copy_(buckets_[b].wire);
     }
   }
   if (stats.last_bucket < 0) stats.last_bucket = static_cast<int>(buckets_.size()) - 1;

@@ -20,6 +20,14 @@
 // waits for all lower-indexed ones — because every rank must issue the same collectives in the
 // same sequence (NOTE [ Process group contract ]), whatever order its own backward produced.
 //
+// NOTE [ Compressed gradient communication ]
+// With ReducerOptions::wire_dtype (distributed.grad_dtype: bf16) a floating bucket of another
+// dtype travels in the wire dtype, with PyTorch's bf16_compress_hook semantics: the bucket is
+// cast (round to nearest even), divided by the world size in the wire dtype, summed by the
+// all-reduce, and cast back into the float32 gradients when finish() has waited for it. Half the
+// bytes on the network; every rank still receives the same bits, so replicas stay identical.
+// The gradients keep their float32 views and master weights stay float32.
+//
 // A parameter that gets no gradient in a step never fires its hook. finish() then either treats
 // its gradient as zero (find_unused_parameters) or fails naming it: otherwise its bucket would
 // never launch on this rank while the others wait for it.
@@ -28,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +50,9 @@ struct ReducerOptions {
   int64_t bucket_bytes = int64_t(25) << 20;
   bool find_unused_parameters = false;  // zero-fill gradients that backward did not reach
   bool replan_from_ready_order = true;  // re-plan the buckets once from the observed order
+  // Floating buckets of another dtype travel in this one (NOTE [ Compressed gradient
+  // communication ]); unset: as they are.
+  std::optional<DType> wire_dtype;
 };
 
 // What one synchronised step's communication cost, as the reducer on this rank saw it.
@@ -59,6 +71,7 @@ class Reducer {
     Tensor buffer;                 // flat, contiguous; the parameters' gradients are views of it
     std::vector<size_t> params;    // indices into the reducer's parameter list, in packing order
     std::vector<int64_t> offsets;  // element offset of each in `buffer`
+    Tensor wire;                   // `buffer` as it travels, when compressed (else undefined)
   };
 
   // `params` are the model's trainable parameters (named_parameters()); the reducer registers a

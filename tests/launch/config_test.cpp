@@ -333,5 +333,14 @@ TEST(Config, PrecisionNamesAndTheLossScalingDefault) {
   EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
 }
 
+TEST(Config, GradientWireDtype) {
+  EXPECT_EQ(config_from_yaml_string("", "t.yaml").distributed.grad_dtype, "fp32");
+  const Config c = config_from_yaml_string("distributed: {grad_dtype: bf16}", "t.yaml");
+  EXPECT_EQ(c.distributed.grad_dtype, "bf16");
+  EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
+  EXPECT_THAT(load_error("distributed: {grad_dtype: fp16}"),
+              HasSubstr("distributed.grad_dtype: unknown value 'fp16' (expected one of: fp32, bf16)"));
+}
+
 }  // namespace
 }  // namespace dp

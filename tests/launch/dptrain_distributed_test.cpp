@@ -74,6 +74,17 @@ TEST_F(Distributed, MpirunTwoRanksTrainsWithOneVoice) {
   EXPECT_THAT(text, HasSubstr("\"hidden_pct\""));
 }
 
+TEST_F(Distributed, MpirunTwoRanksSendGradientsAsBf16) {
+  const ProgramResult r = run_program(kMpirun + " -np 2 " + dptrain_binary() + " --config " +
+                                      config("c.yaml", "distributed: {grad_dtype: bf16}\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("gradient buckets, sent as bf16"));
+  EXPECT_EQ(count(r.output, "done: 12 steps"), 1) << r.output;
+  std::ifstream metrics(dir_ / "out" / "metrics.jsonl");
+  const std::string text((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("\"grad_dtype\":\"bf16\""));
+}
+
 TEST_F(Distributed, GlobalBatchTheWorldSizeDoesNotDivide) {
   expect_error_on_every_rank(
       run_program(kMpirun + " -np 3 " + dptrain_binary() + " --config " + config("c.yaml")),
