@@ -25,6 +25,7 @@
 #include "optim/shampoo.h"
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/nn/tensor_core_shapes.h"
 #include "runtime/data/batch_uploader.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/loader.h"
@@ -404,6 +405,15 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     if (autocast != kFloat32)
       os << "\nmixed precision: " << config.run.precision << " autocast, float32 master weights, loss scaling "
          << (scaler.enabled() ? "on" : "off");
+    if (device.is_cuda() && (autocast != kFloat32 || config.run.allow_tf32)) {
+      // NOTE [ Tensor-core shapes ]: said once, the model left as built.
+      const std::vector<nn::ShapeAdvice> advice = nn::tensor_core_shape_advice(*model);
+      const int64_t per_rank = config.data.batch_size / world_size;
+      if (!advice.empty())
+        os << "\ntensor cores: dimensions not a multiple of 8 take slower paths: " << nn::describe(advice);
+      if (per_rank % 8 != 0)
+        os << "\ntensor cores: the batch per rank (" << per_rank << ") is not a multiple of 8";
+    }
     if (world_size > 1)
       os << "\ndata-parallel over " << world_size << " ranks (" << group->backend_name() << "): batch "
          << config.data.batch_size / world_size << " per rank, " << reducer->buckets().size() << " gradient buckets"
