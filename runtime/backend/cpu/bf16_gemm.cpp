@@ -145,14 +145,16 @@ void run_gemm(const Bf16GemmArgs& g, CT* C, int threads) {
 bool bf16_gemm_available() {
   static const bool available = [] {
     try {
-      // A native kernel names its ISA in its implementation string ("brg:avx512_core_bf16",
-      // "gemm:jit"); oneDNN's reference and emulated paths say "ref" or lack the ISA.
+      // A native kernel names its ISA in its implementation string: "brg:avx512_core_bf16"
+      // (Zen 4/5, Cooper Lake), "brg:avx512_core_amx" (Sapphire Rapids). oneDNN's reference
+      // kernels say "ref"; its bf16 emulation on plain AVX-512 names neither ISA.
       const auto bf16 = memory::data_type::bf16;
       const memory::desc a({64, 64}, bf16, memory::format_tag::ab);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, memory::desc({64, 64}, memory::data_type::f32, memory::format_tag::ab)),
                                       thread_cache().engine());
       const std::string impl = pd.impl_info_str();
-      return impl.find("ref") == std::string::npos && impl.find("bf16") != std::string::npos;
+      return impl.find("ref") == std::string::npos &&
+             (impl.find("bf16") != std::string::npos || impl.find("amx") != std::string::npos);
     } catch (const dnnl::error&) {
       return false;
     }
