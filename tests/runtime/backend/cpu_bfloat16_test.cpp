@@ -50,8 +50,8 @@ TEST(CpuHalfConversions, WidenEveryValueExactly) {
   std::vector<Eigen::half> h(65536);
   for (uint32_t i = 0; i < 65536; ++i) {
     const uint16_t u = static_cast<uint16_t>(i);
-    std::memcpy(&b[i], &u, 2);
-    std::memcpy(&h[i], &u, 2);
+    std::memcpy(static_cast<void*>(&b[i]), &u, 2);  // the raw bits
+    std::memcpy(static_cast<void*>(&h[i]), &u, 2);
   }
   std::vector<float> wb(65536), wh(65536);
   cpu::widen(b.data(), wb.data(), 65536);
