@@ -5,6 +5,7 @@
 // differentiable. Ops live in runtime/ops/; this header keeps the data model and views.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,7 +43,9 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   // Bumped by every in-place write; saved tensors remember it to catch stale use in backward.
-  std::shared_ptr<uint64_t> version = std::make_shared<uint64_t>(0);
+  // Atomic: a loader thread bumps a recycled batch buffer's counter (Batch::mark_rewritten) while
+  // the training thread may read it through a tensor it still holds (TSan found the race).
+  std::shared_ptr<std::atomic<uint64_t>> version = std::make_shared<std::atomic<uint64_t>>(0);
   std::unique_ptr<AutogradMeta> autograd;
 };
 
@@ -116,8 +119,8 @@ class Tensor {
   // Reverse-mode autodiff from this tensor; `grad` defaults to ones for a one-element tensor.
   void backward(const Tensor& grad = Tensor()) const;
 
-  uint64_t version() const { return *impl().version; }
-  void bump_version() const { ++*impl().version; }
+  uint64_t version() const { return impl().version->load(std::memory_order_relaxed); }
+  void bump_version() const { impl().version->fetch_add(1, std::memory_order_relaxed); }
 
   TensorImpl& impl() const {
     DP_CHECK(impl_ != nullptr, "use of an undefined tensor");
