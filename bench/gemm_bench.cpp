@@ -17,29 +17,24 @@ int main(int argc, char** argv) {
   app.add_option("--size", n, "matrix size n")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters;
+  // Times c = a·b for n×n operands of `dtype` through `backend` and prints one JSON line.
+  auto measure = [&](dp::CpuBackend& backend, dp::DType dtype, const std::string& name) {
+    dp::Device cpu(&backend);
+    dp::Generator gen(0);
+    dp::Tensor a = dp::rand({n, n}, gen, dtype, cpu), b = dp::rand({n, n}, gen, dtype, cpu);
+    dp::Tensor c = dp::empty({n, n}, dtype, cpu);
+    auto t = dp::bench::time_it([&] { backend.gemm(a, b, c, 1.0, 0.0); }, 2, iters);
+    double gflops = 2.0 * n * n * n / (t.median_ms * 1e-3) / 1e9;
+    std::printf("{\"name\": \"%s\", \"threads\": %d, \"median_ms\": %.3f, \"gflops\": %.1f}\n", name.c_str(), threads,
+                t.median_ms, gflops);
+  };
+  const std::string size = std::to_string(n);
   for (dp::CpuGemm lib : {dp::CpuGemm::OpenBlas, dp::CpuGemm::Eigen}) {
     dp::CpuBackend backend(threads, lib);
-    dp::Device cpu(&backend);
-    dp::Generator gen(0);
-    dp::Tensor a = dp::rand({n, n}, gen, dp::kFloat32, cpu), b = dp::rand({n, n}, gen, dp::kFloat32, cpu);
-    dp::Tensor c = dp::empty({n, n}, dp::kFloat32, cpu);
-    auto t = dp::bench::time_it([&] { backend.gemm(a, b, c, 1.0, 0.0); }, 2, iters);
-    double gflops = 2.0 * n * n * n / (t.median_ms * 1e-3) / 1e9;
-    std::printf("{\"name\": \"sgemm_%lld_%s\", \"threads\": %d, \"median_ms\": %.3f, \"gflops\": %.1f}\n",
-                static_cast<long long>(n), lib == dp::CpuGemm::OpenBlas ? "openblas" : "eigen", threads,
-                t.median_ms, gflops);
+    measure(backend, dp::kFloat32, "sgemm_" + size + (lib == dp::CpuGemm::OpenBlas ? "_openblas" : "_eigen"));
   }
-  {  // bfloat16 through oneDNN (float32 accumulation), when this CPU has AVX-512 BF16
-    dp::CpuBackend backend(threads);
-    dp::Device cpu(&backend);
-    dp::Generator gen(0);
-    dp::Tensor a = dp::rand({n, n}, gen, dp::kBFloat16, cpu), b = dp::rand({n, n}, gen, dp::kBFloat16, cpu);
-    dp::Tensor c = dp::empty({n, n}, dp::kBFloat16, cpu);
-    auto t = dp::bench::time_it([&] { backend.gemm(a, b, c, 1.0, 0.0); }, 2, iters);
-    double gflops = 2.0 * n * n * n / (t.median_ms * 1e-3) / 1e9;
-    std::printf("{\"name\": \"bf16gemm_%lld_%s\", \"threads\": %d, \"median_ms\": %.3f, \"gflops\": %.1f}\n",
-                static_cast<long long>(n), dp::cpu::bf16_gemm_available() ? "onednn" : "via_float32", threads,
-                t.median_ms, gflops);
-  }
+  // bfloat16 through oneDNN (float32 accumulation), when this CPU has AVX-512 BF16
+  dp::CpuBackend backend(threads);
+  measure(backend, dp::kBFloat16, "bf16gemm_" + size + (dp::cpu::bf16_gemm_available() ? "_onednn" : "_via_float32"));
   return 0;
 }

@@ -65,6 +65,12 @@ void openblas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, in
   }
 }
 
+// Many small products: one per thread (the library then runs single-threaded inside the
+// parallel region); otherwise the library threads each product.
+bool one_product_per_thread(int64_t batch, int64_t M, int64_t N, int64_t K, int threads) {
+  return batch >= 2 * threads && M * N * K < (int64_t(1) << 21);
+}
+
 }  // namespace
 
 // NOTE [ CPU float16/bfloat16 GEMM and convolution ]
@@ -92,8 +98,7 @@ void CpuBackend::bf16_batched_gemm(const Tensor& a, const Tensor& b, const Tenso
     gi.A = ap + i * sa, gi.B = bp + i * sb;
     bf16_gemm(gi, cp + i * g.M * g.N, threads);
   };
-  // As below: many small products one per thread, else oneDNN threads each product.
-  if (batch >= 2 * num_threads_ && g.M * g.N * g.K < (int64_t(1) << 21)) {
+  if (one_product_per_thread(batch, g.M, g.N, g.K, num_threads_)) {
 #pragma omp parallel for num_threads(num_threads_) schedule(static)
     for (int64_t i = 0; i < batch; ++i) product(i, 1);
   } else {
@@ -129,9 +134,7 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
       for (int64_t i = 0; i < c.numel(); ++i) cp[i] = beta == 0.0 ? T(0) : static_cast<T>(beta) * cp[i];
       return;
     }
-    // Many small products: one per thread (BLAS runs single-threaded inside a parallel region);
-    // otherwise BLAS threads each product.
-    const bool batch_parallel = batch >= 2 * num_threads_ && M * N * K < (int64_t(1) << 21);
+    const bool batch_parallel = one_product_per_thread(batch, M, N, K, num_threads_);
     auto one = gemm_ == CpuGemm::Eigen ? &eigen_gemm<T> : &openblas_gemm<T>;
     if (gemm_ == CpuGemm::Eigen) Eigen::setNbThreads(batch_parallel ? 1 : num_threads_);
     auto product = [&](int64_t i) {
