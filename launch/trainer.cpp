@@ -381,9 +381,9 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   DP_CHECK(steps_per_epoch == plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,
            " steps per epoch, the preflight ", plan.steps_per_epoch);
   std::unique_ptr<LrSchedule> schedule = make_schedule(config, steps_per_epoch);
-  // NOTE [ Schedule clock ] (optim/lr_schedule.h): advanced only by applied steps when
-  // schedule.count_skipped_steps is false.
-  ScheduleClock clock(*schedule, config.schedule.count_skipped_steps);
+  // NOTE [ Schedule clock ] (optim/lr_schedule.h): on the device, advanced only by applied steps
+  // when schedule.count_skipped_steps is false.
+  ScheduleClock clock(*schedule, config.run.epochs * steps_per_epoch, device, config.schedule.count_skipped_steps);
   // NOTE [ Loss scaling on the device ] (optim/grad_scaler.h): on for fp16 unless loss_scale.enabled
   // says otherwise, off for fp32 and bf16 unless it says so.
   GradScalerOptions scaler_options;
@@ -443,7 +443,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   StopVote stop_vote(stop_signals, group, cpu);
   LossWatch loss_watch(device);  // NOTE [ Divergence checks ]
   const int64_t check_every = std::min(report_every, kLossCheckEvery);
-  int64_t skipped_in_a_row = 0;
+  // NOTE [ Divergence checks ]: the skipped-step run is read when it could first have reached
+  // run.max_skipped_steps, so the run is caught at exactly that length.
+  int64_t next_skip_check = config.run.max_skipped_steps;
+  int64_t skipped_at_window_start = 0, skipped_reported = 0;
   for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
     train_loader->begin_epoch(epoch - 1);
     profiler.reset();
@@ -451,7 +454,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     Clock::time_point window_start = epoch_start;
     Tensor window_loss = zeros({}, kFloat32, device);  // summed on the device: no per-step sync
     Tensor epoch_loss = zeros({}, kFloat64, device);
-    int64_t window_steps = 0, window_samples = 0, epoch_samples = 0, step_in_epoch = 0, window_skipped = 0;
+    int64_t window_steps = 0, window_samples = 0, epoch_samples = 0, step_in_epoch = 0;
     while (true) {
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = train_loader->next();
@@ -460,7 +463,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       const Tensor &images = on_device.images, &labels = on_device.labels;
       const int64_t batch_size = batch->size();
 
-      const double lr = clock.lr();
+      const Tensor& lr = clock.next_lr();  // on the device: NOTE [ Schedule clock ]
       profiler.begin(Phase::Forward);
       Tensor loss;
       {
@@ -485,40 +488,16 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       profiler.begin(Phase::Optimizer);
       // Loss scaling: the gradients are unscaled after the all-reduce (every rank then takes the
       // same decision) and before clipping (which sees the true norm). A gradient overflow (a
-      // non-finite value found by the scaler, or a non-finite global norm when clipping) skips
-      // the step; under loss scaling that is routine while the scale settles, so it is counted,
-      // not printed.
+      // non-finite value found by the scaler, or a non-finite global norm when clipping) sets the
+      // step's found_inf and the optimiser's kernels skip the update; the schedule clock and the
+      // skip counters read the same verdict, all on the device (NOTE [ Device-resident optimiser
+      // step ] in optim/optimizer.h). Skips are counted, and read between steps.
       scaler.unscale(parameters);
-      bool applied = true;
-      if (config.optimizer.clip_grad_norm > 0) {
-        const double norm = clip_grad_norm_(parameters, config.optimizer.clip_grad_norm);
-        applied = std::isfinite(norm);
-        if (!applied && !scaler.enabled())
-          console.line("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(norm) +
-                       " is not finite; the optimiser step is skipped");
-      }
-      if (applied) {
-        optimizer->set_lr(lr);
-        applied = scaler.step(*optimizer);
-      }
+      if (config.optimizer.clip_grad_norm > 0)
+        clip_grad_norm_on_device_(parameters, config.optimizer.clip_grad_norm, scaler.found_inf());
+      scaler.step(*optimizer, lr);
+      clock.step_done(scaler.found_inf());
       scaler.update();
-      if (applied) {
-        skipped_in_a_row = 0;
-      } else {
-        ++window_skipped;
-        ++report.skipped_steps;
-        if (++skipped_in_a_row >= config.run.max_skipped_steps) {
-          const std::string why = scaler.enabled() ? "non-finite gradients at every loss scale down to " +
-                                                         scale_text(scaler.get_scale())
-                                                   : std::string("non-finite gradient norm");
-          throw Error("step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) +
-                      "): the optimiser step was skipped " + std::to_string(skipped_in_a_row) + " times in a row (" +
-                      why + "): the run has diverged (run.max_skipped_steps is " +
-                      std::to_string(config.run.max_skipped_steps) +
-                      "). Lower optimizer.lr or add warmup (schedule.warmup_epochs)");
-        }
-      }
-      clock.step_done(applied);
       optimizer->zero_grad(/*set_to_none=*/true);
       profiler.end();
       profiler.step_done();
@@ -539,6 +518,20 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       stop = config.run.max_steps > 0 && step >= config.run.max_steps;
       const bool report = step_in_epoch % report_every == 0 || step_in_epoch == steps_per_epoch || stop;
       if (report || step_in_epoch % check_every == 0) loss_watch.check(steps_per_epoch);
+      if (step >= next_skip_check) {
+        const int64_t run = scaler.skipped_in_a_row();
+        if (run >= config.run.max_skipped_steps) {
+          const std::string why = scaler.enabled() ? "non-finite gradients at every loss scale down to " +
+                                                         scale_text(scaler.get_scale())
+                                                   : std::string("non-finite gradient norm");
+          throw Error("step " + std::to_string(step) + " (epoch " + std::to_string(epoch) +
+                      "): the optimiser step was skipped " + std::to_string(run) + " times in a row (" + why +
+                      "): the run has diverged (run.max_skipped_steps is " +
+                      std::to_string(config.run.max_skipped_steps) +
+                      "). Lower optimizer.lr or add warmup (schedule.warmup_epochs)");
+        }
+        next_skip_check = step + (config.run.max_skipped_steps - run);
+      }
       if (report) {
         StepStatus s;
         s.epoch = epoch;
@@ -547,13 +540,19 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         s.steps = steps_per_epoch;
         s.loss = window_loss.item<double>() / static_cast<double>(window_steps);
         s.samples_per_second = static_cast<double>(window_samples * world_size) / seconds_since(window_start);
-        s.lr = lr;
+        s.lr = clock.lr();  // this step's lr (a host read, with the loss's)
+        const int64_t skipped_now = scaler.skipped_steps();
+        const int64_t window_skipped = skipped_now - skipped_at_window_start;
+        if (!scaler.enabled() && skipped_now > skipped_reported)  // under loss scaling skips are routine
+          console.line(std::to_string(skipped_now - skipped_reported) + " optimiser step(s) skipped up to step " +
+                       std::to_string(step) + ": the gradient norm was not finite");
+        skipped_reported = skipped_now;
         console.step(s);
         if (metrics && (step_in_epoch % config.run.log_every == 0 || stop)) {
           nlohmann::json phases;
           for (int p = 0; p < static_cast<int>(Phase::kCount); ++p)
             phases[phase_name(static_cast<Phase>(p))] = profiler.ms_per_step(static_cast<Phase>(p));
-          nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", lr},
+          nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", s.lr},
                                 {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}};  // global
           if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", window_skipped}};
           if (window_synced > 0 && !device.is_cpu())  // NCCL: only the exposed part is measured (device time)
@@ -567,7 +566,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         window_comm_ms = window_exposed_ms = 0;
         window_synced = 0;
         window_loss = zeros({}, kFloat32, device);
-        window_steps = window_samples = window_skipped = 0;
+        window_steps = window_samples = 0;
+        skipped_at_window_start = skipped_now;
         window_start = Clock::now();
       }
       if ((stop_signal = stop_vote.after_step())) break;
@@ -671,6 +671,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     }
     console.line(line);
   }
+  report.skipped_steps = scaler.skipped_steps();
   // Shampoo's cost is its roots: say how many, how many failed, and rank 0's share of the time.
   if (scaler.enabled())
     console.line("loss scale " + scale_text(scaler.get_scale()) + " at the end; " +

@@ -19,10 +19,10 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
   check_adam_options("AdamW", options.beta1, options.beta2, options.eps);
 }
 
-void AdamW::step() {
+void AdamW::update(const DeviceStep& device) {
   NoGradGuard no_grad;
+  std::vector<Tensor> counters;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
-    ParamState& s = state(g, i);
     const Tensor& m = zeroed_buffer(g, i, "exp_avg");
     const Tensor& v = zeroed_buffer(g, i, "exp_avg_sq");
     AdamParams p;
@@ -31,10 +31,12 @@ void AdamW::step() {
     p.beta1 = options_.beta1;
     p.beta2 = options_.beta2;
     p.eps = options_.eps;
-    p.step = ++s.step;
+    p.control = control_for(device, g, i);  // the step count and bias correction on the device
     param.device().backend().adamw_update(param, grad, m, v, p);
+    counters.push_back(p.control.step_count);
     param.bump_version();
   });
+  count_applied(counters, device.found_inf);
 }
 
 }  // namespace dp

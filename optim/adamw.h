@@ -24,11 +24,12 @@ class AdamW : public Optimizer {
   // Groups carry their own lr and weight_decay; betas and eps come from options.
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
 
-  void step() override;
+  bool steps_on_device() const override { return true; }
   std::string name() const override { return "adamw"; }
   const AdamWOptions& options() const { return options_; }
 
  protected:
+  void update(const DeviceStep& device) override;
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:

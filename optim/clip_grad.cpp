@@ -62,4 +62,31 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   return norm;
 }
 
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, const Tensor& found_inf) {
+  DP_CHECK(max_norm > 0, "clip_grad_norm_: max_norm must be > 0, got ", max_norm);
+  DP_CHECK(found_inf.defined(), "clip_grad_norm_on_device_: found_inf is required");
+  NoGradGuard no_grad;
+  const Device device = found_inf.device();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    DP_CHECK(g.device() == device, "clip_grad_norm_on_device_: a gradient is on ", g.device().str(),
+             " but found_inf on ", device.str());
+    if (!g.is_contiguous()) {  // scaled in place below: make it contiguous once, as the scaler does
+      g = g.contiguous();
+      Tensor param = p;
+      param.set_grad(g);
+    }
+    grads.push_back(g);
+  }
+  Tensor squared = Tensor::empty({static_cast<int64_t>(grads.size())}, kFloat64, device);
+  if (!grads.empty()) device.backend().squared_norms(grads, squared);
+  Tensor norm_and_coef = Tensor::empty({2}, kFloat64, device);
+  device.backend().clip_coefficient(squared, max_norm, found_inf, norm_and_coef);
+  device.backend().scale_by(grads, norm_and_coef.narrow(0, 1, 1));
+  for (const Tensor& g : grads) g.bump_version();
+  return norm_and_coef.narrow(0, 0, 1).reshape({});
+}
+
 }  // namespace dp

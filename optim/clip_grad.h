@@ -22,4 +22,11 @@ double grad_norm(const std::vector<Tensor>& params);
 // and is returned as is (the caller decides: the trainer skips such a step).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
+// clip_grad_norm_ with no host read (NOTE [ Device-resident optimiser step ], optim/optimizer.h):
+// the norm and coefficient are computed and applied on the gradients' device; a non-finite norm
+// sets found_inf (float32 [] on that device, never cleared here) and leaves the gradients as they
+// are, so the step that reads found_inf is skipped. Gradients are scaled by exactly the factor
+// clip_grad_norm_ uses. Returns the norm, float64 [] on the device (read it for logs only).
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, const Tensor& found_inf);
+
 }  // namespace dp

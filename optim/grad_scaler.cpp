@@ -26,6 +26,8 @@ GradScaler::GradScaler(Device device, const GradScalerOptions& options) : option
   scale_ = scalar_tensor(o.init_scale, kFloat32, device);
   growth_tracker_ = scalar_tensor(0, kInt32, device);
   found_inf_ = scalar_tensor(0, kFloat32, device);
+  skipped_total_ = scalar_tensor(0, kInt64, device);
+  skip_run_ = scalar_tensor(0, kInt64, device);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
@@ -56,28 +58,31 @@ void GradScaler::unscale(const std::vector<Tensor>& params) {
   unscaled_ = true;
 }
 
-bool GradScaler::step(Optimizer& optimizer) {
-  if (!options_.enabled) {
-    optimizer.step();
-    return true;
-  }
-  if (!unscaled_) {
+void GradScaler::step(Optimizer& optimizer, const Tensor& lr) {
+  if (options_.enabled && !unscaled_) {
     std::vector<Tensor> params;
     for (const ParamGroup& g : optimizer.param_groups()) params.insert(params.end(), g.params.begin(), g.params.end());
     unscale(params);
   }
-  if (found_inf_.item<float>() != 0.0f) return false;
-  optimizer.step();
-  return true;
+  optimizer.step(DeviceStep{found_inf_, lr});
 }
 
+bool GradScaler::step_skipped() const { return found_inf_.item<float>() != 0.0f; }
+
 void GradScaler::update() {
-  if (!options_.enabled) return;
-  scale_.device().backend().amp_update_scale(scale_, growth_tracker_, found_inf_, options_.growth_factor,
-                                             options_.backoff_factor, options_.growth_interval);
+  Backend& backend = scale_.device().backend();
+  if (options_.enabled)
+    backend.amp_update_scale(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
+                             options_.growth_interval);
+  backend.count_steps({skipped_total_}, found_inf_, StepCounting::IfSkipped);
+  backend.count_steps({skip_run_}, found_inf_, StepCounting::SkipRun);
   found_inf_.zero_();
   unscaled_ = false;
 }
+
+int64_t GradScaler::skipped_steps() const { return skipped_total_.item<int64_t>(); }
+
+int64_t GradScaler::skipped_in_a_row() const { return skip_run_.item<int64_t>(); }
 
 double GradScaler::get_scale() const { return scale_.item<float>(); }
 

@@ -10,11 +10,12 @@
 // growth_interval good steps in a row S grows (×growth_factor), never to inf. S, the growth
 // count and found_inf are one-element device tensors written by backend kernels
 // (Backend::amp_unscale_and_check, amp_update_scale), so scaling, checking and updating never
-// read a value back to the host.
-// step() is the exception for now: like GradScaler.step, it reads found_inf on the host to decide
-// whether to call the optimiser (one device→host read per step on a GPU; free on the CPU). The
-// optimiser kernels reading the flag themselves, so that nothing waits, is the next piece of the
-// mixed-precision work.
+// read a value back to the host. step() hands found_inf to the optimiser, whose kernels do
+// nothing when it is set (NOTE [ Device-resident optimiser step ] in optim/optimizer.h): unlike
+// torch's GradScaler.step, nothing is read on the host for SGD, AdamW and LARS.
+// found_inf is the step's verdict whether or not scaling is enabled: device-side clipping
+// (clip_grad_norm_on_device_) sets it for a non-finite norm, and update() counts skipped steps
+// (in total and in a row, on the device) and clears it in both cases.
 #pragma once
 
 #include <cstdint>
@@ -58,12 +59,22 @@ class GradScaler {
   // as in PyTorch.
   void unscale(const std::vector<Tensor>& params);
 
-  // Calls optimizer.step() unless this step's gradients had an inf or NaN; unscales first when
-  // unscale() was not called. Returns whether the optimiser stepped (reads found_inf: see the NOTE).
-  bool step(Optimizer& optimizer);
+  // optimizer.step({found_inf, lr}): the update happens unless this step's gradients had an inf
+  // or NaN, decided by the optimiser's kernels (or read on the host by a host-gated optimiser).
+  // Unscales first when enabled and unscale() was not called. `lr` (float64 [], optional) is the
+  // device-resident lr (ScheduleClock::next_lr).
+  void step(Optimizer& optimizer, const Tensor& lr = Tensor());
+  // Whether this step was skipped: reads found_inf (a host sync: for tests and logs). Between
+  // step() and update().
+  bool step_skipped() const;
 
-  // S for the next step from this step's verdict, then the verdict cleared. Once per step, after step().
+  // S for the next step from this step's verdict (when enabled), the skip counters advanced, then
+  // the verdict cleared. Once per step, after step().
   void update();
+  // Steps skipped so far, and the current run of consecutive skipped steps (host reads: logs and
+  // divergence checks).
+  int64_t skipped_steps() const;
+  int64_t skipped_in_a_row() const;
 
   // One-element float32 tensors on the device: 1 when this step's gradients were not all finite.
   const Tensor& found_inf() const { return found_inf_; }
@@ -82,6 +93,8 @@ class GradScaler {
   Tensor scale_;           // float32 []
   Tensor growth_tracker_;  // int32 []
   Tensor found_inf_;       // float32 []
+  Tensor skipped_total_;   // int64 []
+  Tensor skip_run_;        // int64 []
   bool unscaled_ = false;  // unscale() ran since the last update()
 };
 

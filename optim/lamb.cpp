@@ -20,7 +20,7 @@ LAMB::LAMB(std::vector<ParamGroup> groups, const LambOptions& options)
            options.max_grad_norm);
 }
 
-void LAMB::step() {
+void LAMB::update(const DeviceStep& device) {
   NoGradGuard no_grad;
   struct Item {
     size_t g, i;
@@ -28,7 +28,7 @@ void LAMB::step() {
     bool adapt;
   };
   std::vector<Item> items;
-  std::vector<Tensor> grads;
+  std::vector<Tensor> grads, counters;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
     const bool adapt = groups_[g].adapt && groups_[g].weight_decay != 0;
     items.push_back({g, i, param, grad, Tensor(), adapt});
@@ -51,7 +51,8 @@ void LAMB::step() {
     p.beta2 = options_.beta2;
     p.eps = options_.eps;
     p.grad_divisor = divisor;
-    p.step = ++state(it.g, it.i).step;
+    p.control = control_for(device, it.g, it.i);  // host-gated: only the step count is a device value
+    counters.push_back(p.control.step_count);
     const Tensor& m = zeroed_buffer(it.g, it.i, "exp_avg");
     const Tensor& v = zeroed_buffer(it.g, it.i, "exp_avg_sq");
     it.update = Tensor::empty(it.param.shape(), it.param.dtype(), it.param.device());
@@ -76,6 +77,7 @@ void LAMB::step() {
     it.param.device().backend().axpby(-groups_[it.g].lr * ratio, it.update, 1.0, it.param);
     it.param.bump_version();
   }
+  count_applied(counters, device.found_inf);
 }
 
 }  // namespace dp

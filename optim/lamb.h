@@ -32,7 +32,6 @@ class LAMB : public Optimizer {
   // Groups carry their own lr, weight_decay and adapt; the rest comes from options.
   LAMB(std::vector<ParamGroup> groups, const LambOptions& options);
 
-  void step() override;
   std::string name() const override { return "lamb"; }
   const LambOptions& options() const { return options_; }
   // The global gradient norm N of the last step (before clipping).
@@ -41,6 +40,7 @@ class LAMB : public Optimizer {
   const std::vector<std::vector<double>>& last_trust_ratios() const { return last_trust_; }
 
  protected:
+  void update(const DeviceStep& device) override;
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:

@@ -23,7 +23,7 @@ double LARS::trust_ratio(double w_norm, double g_norm, double weight_decay, doub
   return eta * w_norm / (g_norm + weight_decay * w_norm + eps);
 }
 
-void LARS::step() {
+void LARS::update(const DeviceStep& device) {
   NoGradGuard no_grad;
   // Every adapted parameter's ‖w‖² and ‖g‖² in one squared_norms call, the trust ratios from them
   // in one lars_trust_ratios call per group, and the updates reading their ratio: all on the
@@ -69,6 +69,7 @@ void LARS::step() {
     }
   }
   last_ratios_ = ratios;
+  std::vector<Tensor> counters;
   last_ratio_index_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
   for (const Item& it : items) {
     const ParamGroup& group = groups_[it.g];
@@ -83,11 +84,13 @@ void LARS::step() {
       p.trust_index = it.ratio_index;
     }
     p.lr_outside_momentum = options_.lr_outside_momentum;
+    p.control = control_for(device, it.g, it.i);
     const Tensor& buf = zeroed_buffer(it.g, it.i, "momentum_buffer");
     it.param.device().backend().lars_update(it.param, it.grad, buf, p);
-    ++state(it.g, it.i).step;
+    counters.push_back(p.control.step_count);
     it.param.bump_version();
   }
+  count_applied(counters, device.found_inf);
 }
 
 std::vector<std::vector<double>> LARS::last_trust_ratios() const {

@@ -30,7 +30,7 @@ class LARS : public Optimizer {
   // Groups carry their own lr, weight_decay and adapt; the rest comes from options.
   LARS(std::vector<ParamGroup> groups, const LarsOptions& options);
 
-  void step() override;
+  bool steps_on_device() const override { return true; }
   std::string name() const override { return "lars"; }
   const LarsOptions& options() const { return options_; }
   // The trust ratio each parameter took in the last step (1 for excluded ones); [group][param],
@@ -42,6 +42,7 @@ class LARS : public Optimizer {
   static double trust_ratio(double w_norm, double g_norm, double weight_decay, double eta, double eps);
 
  protected:
+  void update(const DeviceStep& device) override;
   std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
 
  private:

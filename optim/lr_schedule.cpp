@@ -4,7 +4,9 @@
 #include <cmath>
 #include <numbers>
 
+#include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
+#include "runtime/ops/creation.h"
 
 namespace dp {
 
@@ -78,6 +80,35 @@ std::unique_ptr<LrSchedule> make_lr_schedule(const std::string& name, const LrSc
     return std::make_unique<PolyLr>(linear, "linear");
   }
   throw Error("unknown lr schedule '" + name + "'; known schedules: constant, step, cosine, poly, linear");
+}
+
+ScheduleClock::ScheduleClock(const LrSchedule& schedule, int64_t steps, Device device, bool count_skipped_steps)
+    : count_skipped_(count_skipped_steps) {
+  DP_CHECK(steps >= 0, "ScheduleClock: steps must be >= 0, got ", steps);
+  std::vector<double> table(static_cast<size_t>(steps) + 1);
+  for (int64_t s = 0; s <= steps; ++s) table[static_cast<size_t>(s)] = schedule.lr_at(s);
+  table_ = from_vector(table, {steps + 1}, device);
+  clock_ = scalar_tensor(0, kInt64, device);
+  lr_ = scalar_tensor(table.front(), kFloat64, device);
+}
+
+const Tensor& ScheduleClock::next_lr() {
+  lr_.device().backend().lr_lookup(table_, clock_, lr_);
+  return lr_;
+}
+
+void ScheduleClock::step_done(const Tensor& found_inf) {
+  const StepCounting how = count_skipped_ || !found_inf.defined() ? StepCounting::Always : StepCounting::IfApplied;
+  clock_.device().backend().count_steps({clock_}, found_inf, how);
+}
+
+int64_t ScheduleClock::steps() const { return clock_.item<int64_t>(); }
+
+double ScheduleClock::lr() const { return lr_.item<double>(); }
+
+void ScheduleClock::set_steps(int64_t steps) {
+  DP_CHECK(steps >= 0, "ScheduleClock::set_steps: steps must be >= 0, got ", steps);
+  clock_.fill_(static_cast<double>(steps));
 }
 
 }  // namespace dp

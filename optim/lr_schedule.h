@@ -16,16 +16,23 @@
 //   linear:   poly with power 1 (BERT: warmup then linear decay, to 0 with min_lr 0)
 //
 // NOTE [ Schedule clock ]
-// The step the trainer asks a schedule about is a ScheduleClock's count, which the trainer
-// advances after each optimiser step. With count_skipped_steps = false a step the trainer did
-// not apply (its gradient overflowed: a non-finite global gradient norm) leaves the count where
-// it was, so the lr sequence of the applied steps is the schedule's, whatever was skipped.
+// The step the trainer asks a schedule about is a ScheduleClock's count, which advances after
+// each optimiser step. With count_skipped_steps = false a step that was skipped (its gradients
+// overflowed: the step's found_inf) leaves the count where it was, so the lr sequence of the
+// applied steps is the schedule's, whatever was skipped. Whether a step was skipped is known only
+// on the device, so the clock lives there (NOTE [ Device-resident optimiser step ] in
+// optim/optimizer.h): the schedule is tabulated once, lr_at(s) for s in [0, steps], and each step
+// looks its lr up at the clock's count (Backend::lr_lookup) — the same doubles the host computes,
+// with no host read.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/tensor/tensor.h"
 
 namespace dp {
 
@@ -86,24 +93,25 @@ class PolyLr : public LrSchedule {
   double after_warmup(int64_t step) const override;
 };
 
-// See NOTE [ Schedule clock ].
+// See NOTE [ Schedule clock ]. The table holds `steps` + 1 entries (8 bytes each): a clock past
+// `steps` keeps the last lr.
 class ScheduleClock {
  public:
-  explicit ScheduleClock(const LrSchedule& schedule, bool count_skipped_steps = true)
-      : schedule_(&schedule), count_skipped_(count_skipped_steps) {}
-  // The lr for the next optimiser step.
-  double lr() const { return schedule_->lr_at(steps_); }
-  // After each step: `applied` false for a step that was skipped.
-  void step_done(bool applied) {
-    if (applied || count_skipped_) ++steps_;
-  }
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }  // resuming
+  ScheduleClock(const LrSchedule& schedule, int64_t steps, Device device, bool count_skipped_steps = true);
+  // The lr for the next optimiser step, float64 [] on the device (written by one device op).
+  const Tensor& next_lr();
+  // After each step, with the step's verdict (float32 [], or undefined: applied).
+  void step_done(const Tensor& found_inf = Tensor());
+  // Host reads, for logs and checkpoints: the clock's count and the lr last looked up.
+  int64_t steps() const;
+  double lr() const;
+  void set_steps(int64_t steps);  // resuming
 
  private:
-  const LrSchedule* schedule_;
+  Tensor table_;  // float64 [steps + 1]
+  Tensor clock_;  // int64 []
+  Tensor lr_;     // float64 []
   bool count_skipped_;
-  int64_t steps_ = 0;
 };
 
 // "constant", "step", "cosine", "poly" or "linear"; an unknown name throws dp::Error listing these.

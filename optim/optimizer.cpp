@@ -34,6 +34,43 @@ void Optimizer::zero_grad(bool set_to_none) {
   for (const ParamGroup& group : groups_) nn::zero_grad(group.params, set_to_none);
 }
 
+void Optimizer::step(const DeviceStep& device) {
+  if (steps_on_device() || (!device.found_inf.defined() && !device.lr.defined())) {
+    update(device);
+    return;
+  }
+  // Host-gated (NOTE [ Device-resident optimiser step ]): the one read of the step.
+  if (device.found_inf.defined() && device.found_inf.item<float>() != 0.0f) return;
+  if (device.lr.defined()) set_lr(device.lr.item<double>());
+  update(DeviceStep{});
+}
+
+int64_t Optimizer::step_count(size_t group, size_t index) const {
+  const Tensor& count = state_.at(group).at(index).step;
+  return count.defined() ? count.item<int64_t>() : 0;
+}
+
+const Tensor& Optimizer::step_counter(size_t group, size_t index) {
+  Tensor& count = state_.at(group).at(index).step;
+  if (!count.defined()) count = scalar_tensor(0, kInt64, groups_[group].params[index].device());
+  return count;
+}
+
+StepControl Optimizer::control_for(const DeviceStep& device, size_t group, size_t index) {
+  StepControl c;
+  c.found_inf = device.found_inf;
+  c.lr = device.lr;
+  c.lr_scale = groups_[group].lr_scale;
+  c.step_count = step_counter(group, index);
+  return c;
+}
+
+void Optimizer::count_applied(const std::vector<Tensor>& counters, const Tensor& found_inf) {
+  if (counters.empty()) return;
+  counters.front().device().backend().count_steps(
+      counters, found_inf, found_inf.defined() ? StepCounting::IfApplied : StepCounting::Always);
+}
+
 void Optimizer::set_lr(double lr) {
   DP_CHECK(lr >= 0, "optimizer: set_lr(", lr, "): the learning rate must be >= 0");
   for (ParamGroup& group : groups_) group.lr = lr * group.lr_scale;
@@ -91,9 +128,10 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i, ++k) {
       const ParamState& s = state_[g][i];
-      if (s.step == 0 && s.buffers.empty()) continue;  // never updated: no state, as torch
+      if (!s.step.defined() && s.buffers.empty()) continue;  // never updated: no state, as torch
       const std::string prefix = "state." + std::to_string(k) + ".";
-      out.emplace_back(prefix + "step", from_vector<int64_t>({s.step}, {}, groups_[g].params[i].device()));
+      out.emplace_back(prefix + "step",
+                       s.step.defined() ? s.step.clone() : scalar_tensor(0, kInt64, groups_[g].params[i].device()));
       for (const auto& [buffer, t] : s.buffers)
         if (t.defined()) out.emplace_back(prefix + buffer, t);
     }
@@ -128,7 +166,9 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     DP_CHECK(value.defined(), name(), ": load_state_dict: entry '", key, "' is an undefined tensor");
     if (buffer == "step") {
       DP_CHECK(value.numel() == 1, name(), ": load_state_dict: '", key, "' must hold one value, got ", value.str());
-      fresh[g][i].step = value.item<int64_t>();
+      const int64_t count = value.item<int64_t>();
+      DP_CHECK(count >= 0, name(), ": load_state_dict: '", key, "' must be >= 0, got ", count);
+      fresh[g][i].step = scalar_tensor(static_cast<double>(count), kInt64, p.device());
       has_step[k] = true;
       continue;
     }

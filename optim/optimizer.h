@@ -11,7 +11,20 @@
 // state_dict() names them as torch's state_dict numbers them, counting parameters across groups
 // in order: "state.<k>.<buffer>" and "state.<k>.step" (int64, 0-d). The entries are plain named
 // tensors, so they can be written with runtime/io/safetensors and read back by position into an
-// optimiser built over the same groups; load_state_dict then continues bit-identically.
+// optimiser built over the same groups; load_state_dict then continues bit-identically. The step
+// count is an int64 one-element tensor on the parameter's device (NOTE below).
+//
+// NOTE [ Device-resident optimiser step ]
+// A mixed-precision step decides on the device whether it happens (the loss scaler's found_inf,
+// a non-finite clipping norm) and which lr it uses (a schedule whose clock does not advance on
+// skipped steps). step(DeviceStep) takes both as device tensors. Optimisers whose update is
+// entirely device kernels (SGD, AdamW, LARS: steps_on_device()) hand them to the kernels through
+// StepControl (backend.h): a kernel reads found_inf and writes nothing when it is set, reads the
+// lr and the parameter's step count, and the counts advance with count_steps(IfApplied) — the
+// host reads nothing and waits for nothing, so the step can be captured as a CUDA graph. The
+// others (LAMB, which needs its norms on the host, and Shampoo, whose roots are computed on the
+// host) read found_inf and lr on the host first: one device→host read per step on a GPU.
+// A skipped step leaves weights, buffers and step counts bit-identical, on either path.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/backend/backend.h"
 #include "runtime/tensor/tensor.h"
 
 namespace dp {
@@ -41,6 +55,13 @@ struct ParamGroup {
   std::vector<std::string> names;
 };
 
+// What a step may take from device memory (NOTE [ Device-resident optimiser step ]); each
+// tensor optional, on the parameters' device.
+struct DeviceStep {
+  Tensor found_inf;  // float32 []: nonzero → the step changes nothing
+  Tensor lr;         // float64 []: the learning rate, each group using lr[0] · lr_scale (replaces set_lr)
+};
+
 class Optimizer {
  public:
   // Each parameter must be a leaf that requires grad and appear in only one group.
@@ -52,7 +73,11 @@ class Optimizer {
   // "sgd", "adamw", ... (the YAML optimizer.name).
   virtual std::string name() const = 0;
   // One update of every parameter that has a gradient; parameters without one are skipped.
-  virtual void step() = 0;
+  void step() { step(DeviceStep{}); }
+  // The same, gated and driven by device values (NOTE [ Device-resident optimiser step ]).
+  void step(const DeviceStep& device);
+  // True when step(DeviceStep) never reads a device value on the host.
+  virtual bool steps_on_device() const { return false; }
   // set_to_none drops the gradients; otherwise they are zeroed in place.
   void zero_grad(bool set_to_none = true);
 
@@ -70,14 +95,26 @@ class Optimizer {
 
   // Step count of a parameter (0 before its first update) and a named buffer (undefined when
   // the parameter has none yet).
-  int64_t step_count(size_t group, size_t index) const { return state_.at(group).at(index).step; }
+  // (Reads the device count: for tests and logs.)
+  int64_t step_count(size_t group, size_t index) const;
   Tensor state_buffer(size_t group, size_t index, const std::string& buffer) const;
 
  protected:
+  // One update with the control resolved: `device` holds what the subclass passes to its kernels
+  // (steps_on_device()), or nothing (host-gated: found_inf was zero and the lr already set).
+  virtual void update(const DeviceStep& device) = 0;
+
   struct ParamState {
-    int64_t step = 0;
+    Tensor step;  // int64 []: updates applied so far; undefined before the first step
     std::map<std::string, Tensor> buffers;
   };
+  // The parameter's step counter, created as 0 on its device when missing.
+  const Tensor& step_counter(size_t group, size_t index);
+  // The StepControl of one parameter's kernel: found_inf, the lr (scaled by its group) and its
+  // step counter.
+  StepControl control_for(const DeviceStep& device, size_t group, size_t index);
+  // After the kernels of a step: advance these counters unless found_inf (undefined: always).
+  static void count_applied(const std::vector<Tensor>& counters, const Tensor& found_inf);
   // The buffers this optimiser keeps per parameter (load_state_dict accepts only these).
   virtual std::vector<std::string> state_names() const = 0;
   ParamState& state(size_t group, size_t index) { return state_[group][index]; }

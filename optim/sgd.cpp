@@ -24,25 +24,26 @@ SGD::SGD(std::vector<ParamGroup> groups, const SgdOptions& options)
            " dampening=", o.dampening);
 }
 
-void SGD::step() {
+void SGD::update(const DeviceStep& device) {
   NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0.0;
+  std::vector<Tensor> counters;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
-    ParamState& s = state(g, i);
-    Tensor& buf = s.buffers["momentum_buffer"];
     SgdParams p;
     p.lr = groups_[g].lr;
     p.weight_decay = groups_[g].weight_decay;
     p.momentum = options_.momentum;
     p.dampening = options_.dampening;
     p.nesterov = options_.nesterov;
-    p.first_step = use_momentum && !buf.defined();
-    if (p.first_step) buf = Tensor::empty(param.shape(), param.dtype(), param.device());
+    // The first step (buffer = the gradient) is the kernel's to decide from the step count; the
+    // buffer starts zeroed so that a skipped first step leaves defined memory.
+    p.control = control_for(device, g, i);
+    const Tensor buf = use_momentum ? zeroed_buffer(g, i, "momentum_buffer") : Tensor();
     param.device().backend().sgd_update(param, grad, buf, p);
-    if (!use_momentum) s.buffers.erase("momentum_buffer");
-    ++s.step;
+    counters.push_back(p.control.step_count);
     param.bump_version();
   });
+  count_applied(counters, device.found_inf);
 }
 
 }  // namespace dp

@@ -32,7 +32,7 @@ class SGD : public Optimizer {
   // Runs Backend::sgd_update once per parameter tensor, under NoGradGuard, and bumps each
   // updated parameter's version. (The kernel walks flat contiguous buffers, so the same call
   // can later cover a whole bucket of parameters packed into one buffer.)
-  void step() override;
+  bool steps_on_device() const override { return true; }
   std::string name() const override { return "sgd"; }
 
   const SgdOptions& options() const { return options_; }
@@ -41,6 +41,7 @@ class SGD : public Optimizer {
   Tensor momentum_buffer(size_t group, size_t index) const { return state_buffer(group, index, "momentum_buffer"); }
 
  protected:
+  void update(const DeviceStep& device) override;
   std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
 
  private:

@@ -312,7 +312,7 @@ class OmpThreadsScope {
 };
 }  // namespace
 
-void Shampoo::step() {
+void Shampoo::update(const DeviceStep&) {  // host-gated: Optimizer::step resolved the control
   NoGradGuard no_grad;
   OmpThreadsScope threads(options_.threads);
   DP_CHECK(views_.size() == groups_.size(), name(), ": parameter groups were added after construction");

@@ -92,7 +92,6 @@ class Shampoo : public Optimizer {
   Shampoo(std::vector<ParamGroup> groups, const ShampooOptions& options);
 
   std::string name() const override { return "shampoo"; }
-  void step() override;
 
   const ShampooOptions& options() const { return options_; }
   int64_t steps() const { return step_; }
@@ -138,6 +137,7 @@ class Shampoo : public Optimizer {
 
  protected:
   // Shampoo keeps its state itself (shampoo_state()), none in the base class's buffers.
+  void update(const DeviceStep& device) override;
   std::vector<std::string> state_names() const override { return {}; }
 
  private:

@@ -43,6 +43,10 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::SquaredNorms: return "squared_norms";
     case Kernel::AmpUnscaleAndCheck: return "amp_unscale_and_check";
     case Kernel::AmpUpdateScale: return "amp_update_scale";
+    case Kernel::CountSteps: return "count_steps";
+    case Kernel::LrLookup: return "lr_lookup";
+    case Kernel::ClipCoefficient: return "clip_coefficient";
+    case Kernel::ScaleBy: return "scale_by";
     case Kernel::kCount: break;
   }
   return "?";

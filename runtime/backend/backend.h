@@ -51,6 +51,7 @@ enum class Kernel : uint8_t {
   EmbeddingForward, EmbeddingBackward,
   SgdUpdate, AdamwUpdate, LambDirection, LarsUpdate, LarsTrustRatios, SquaredNorms,
   AmpUnscaleAndCheck, AmpUpdateScale,
+  CountSteps, LrLookup, ClipCoefficient, ScaleBy,
   kCount
 };
 
@@ -72,10 +73,41 @@ struct Pool2dParams {
   bool count_include_pad = true;  // avg pool only
 };
 
+// NOTE [ Device-resident optimiser step ] (optim/optimizer.h): what a fused update may read
+// from device memory instead of the host, so that a step never waits for the host and can be
+// captured as a CUDA graph. Each tensor is optional (undefined: the host value in the params
+// applies) and lives on the parameter's device:
+//   found_inf   float32 []: when nonzero the update writes nothing (GradScaler's verdict, a
+//               non-finite clipping norm);
+//   lr          float64 []: the learning rate is lr[0] · lr_scale instead of the params' lr (a
+//               schedule looked up on the device: lr_lookup);
+//   step_count  int64 []: the updates applied to this parameter before this one; the update is
+//               number step_count[0] + 1 (Adam's bias correction, SGD's first step). The kernel
+//               reads it; count_steps advances it after the update.
+// Scalars derived from them (bias corrections, lr·trust, ...) are computed in double exactly as
+// from the host values, so a device-controlled update is bit-identical to a host-controlled one.
+struct StepControl {
+  Tensor found_inf;
+  Tensor lr;
+  double lr_scale = 1;
+  Tensor step_count;
+};
+
+// How count_steps advances its counters from a found_inf verdict (see there).
+enum class StepCounting : uint8_t {
+  IfApplied,     // c += 1 unless found_inf (optimiser step counts, the schedule clock)
+  IfSkipped,     // c += 1 when found_inf (skipped-step totals)
+  SkipRun,       // c = found_inf ? c + 1 : 0 (skipped steps in a row)
+  Always,        // c += 1
+};
+
 struct SgdParams {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool first_step = false;  // momentum buffer starts as the (decayed) gradient, as in PyTorch
+  // control.step_count, when given, decides first_step (count 0) and the buffer must then be
+  // initialised (zeroed) memory: a skipped first step leaves it as it was.
+  StepControl control;
 };
 
 // Adam moments with bias correction, shared by adamw_update and lamb_direction.
@@ -83,6 +115,7 @@ struct AdamParams {
   double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   int64_t step = 1;          // this parameter's update count, 1-based (bias correction)
   double grad_divisor = 1;   // the gradient is used as g / grad_divisor (LAMB's global clipping)
+  StepControl control;       // control.step_count, when given, replaces `step` (count + 1)
 };
 
 struct LarsParams {
@@ -93,6 +126,7 @@ struct LarsParams {
   // the parameter's device, written there by lars_trust_ratios, so no norm reaches the host.
   Tensor trust_ratios;
   int64_t trust_index = 0;
+  StepControl control;  // step_count unused
 };
 
 // A point in a device's queue of work, for timing kernels on the device's own clock (a CUDA
@@ -295,6 +329,26 @@ class Backend {
                                 double growth_factor, double backoff_factor, int64_t growth_interval) {
     unsupported("amp_update_scale");
   }
+
+  // ---- Device-resident step bookkeeping (NOTE [ Device-resident optimiser step ]) ----
+  // Advances every int64 one-element counter in `counters` by the rule `how` from found_inf[0]
+  // (float32 one element; undefined reads as 0, for StepCounting::Always and host-gated steps).
+  virtual void count_steps(const std::vector<Tensor>& counters, const Tensor& found_inf, StepCounting how) {
+    unsupported("count_steps");
+  }
+  // out[0] = table[min(clock[0], n − 1)]: a schedule's lr for the clock's step, looked up on the
+  // device. table float64 [n ≥ 1] contiguous, clock int64 [], out float64 [].
+  virtual void lr_lookup(const Tensor& table, const Tensor& clock, const Tensor& out) { unsupported("lr_lookup"); }
+  // Gradient clipping's coefficient, clip_grad_norm_ on the device: total = Σ squared_norms[i]
+  // summed in index order in float64, norm = √total; out = (norm, coef) float64 [2] with
+  // coef = min(1, max_norm / (norm + 1e-6)), or 1 when norm is not finite, in which case
+  // found_inf[0] is also set to 1 (never cleared). max_norm > 0.
+  virtual void clip_coefficient(const Tensor& squared_norms, double max_norm, const Tensor& found_inf,
+                                const Tensor& out) { unsupported("clip_coefficient"); }
+  // xs[k] *= T(factor[0]) in place for every contiguous float32/float64 tensor of xs; factor is
+  // float64 [] (or a one-element view) on this device. (clip_coefficient's coef: a factor of 1
+  // changes nothing, exactly.)
+  virtual void scale_by(const std::vector<Tensor>& xs, const Tensor& factor) { unsupported("scale_by"); }
 
  protected:
   // For kernels a backend does not provide: throws "<op>: no <CPU|CUDA> kernel (device ...)".

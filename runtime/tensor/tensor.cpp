@@ -7,6 +7,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/host_sync.h"
 
 namespace dp {
 
@@ -78,6 +79,7 @@ Tensor Tensor::to(Device target) const {
   if (src.device().is_cpu()) {
     target.backend().copy_from_host(out.raw_data(), src.raw_data(), src.nbytes());
   } else if (target.is_cpu()) {
+    check_host_sync_allowed("Tensor::to(cpu)");
     src.device().backend().copy_to_host(out.raw_data(), src.raw_data(), src.nbytes());
   } else {
     DP_CHECK(false, "copy between two GPUs (", src.device().str(), " → ", target.str(),
@@ -147,6 +149,7 @@ std::vector<T> Tensor::to_vector() const {
                          : std::is_same_v<T, int64_t> ? kInt64
                          : std::is_same_v<T, uint8_t> ? kUInt8
                                                       : kBool;
+  check_host_sync_allowed(numel() == 1 ? "Tensor::item" : "Tensor::to_vector");
   Tensor src = detach();
   if (src.dtype() != want) src = src.to(want);
   src = src.contiguous();

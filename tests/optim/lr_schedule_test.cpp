@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "optim/lr_schedule.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/core/error.h"
+#include "runtime/ops/creation.h"
 
 namespace dp {
 namespace {
@@ -79,18 +81,44 @@ TEST(LrScheduleTest, LinearDecaysToTheEndLr) {
   EXPECT_NEAR(make_lr_schedule("linear", to_zero)->lr_at(25), 0.075, 1e-15);
 }
 
-// NOTE [ Schedule clock ]: skipped steps advance the schedule only when counted.
+// NOTE [ Schedule clock ]: skipped steps advance the schedule only when counted; the clock and the
+// lr lookup live on the device (a skipped step is known only there), and every looked-up lr is
+// bit-identical to lr_at at the clock's count.
 TEST(LrScheduleTest, ClockSkipsOverflowedStepsWhenConfigured) {
-  auto s = make_lr_schedule("constant", options(10));
-  ScheduleClock counting(*s), applied_only(*s, /*count_skipped_steps=*/false);
-  for (bool applied : {true, false, false, true}) {
-    counting.step_done(applied);
-    applied_only.step_done(applied);
+  CpuBackend backend{1};
+  const Device cpu{&backend};
+  auto s = make_lr_schedule("cosine", options(3));
+  ScheduleClock counting(*s, 100, cpu), applied_only(*s, 100, cpu, /*count_skipped_steps=*/false);
+  Tensor found_inf = scalar_tensor(0, kFloat32, cpu);
+  int64_t counted = 0, applied_steps = 0;
+  for (bool applied : {true, false, false, true, true, false, true}) {
+    EXPECT_EQ(counting.next_lr().item<double>(), s->lr_at(counted));
+    EXPECT_EQ(applied_only.next_lr().item<double>(), s->lr_at(applied_steps));
+    found_inf.fill_(applied ? 0.0 : 1.0);
+    counting.step_done(found_inf);
+    applied_only.step_done(found_inf);
+    ++counted;
+    applied_steps += applied ? 1 : 0;
   }
-  EXPECT_EQ(counting.steps(), 4);
-  EXPECT_EQ(applied_only.steps(), 2);
-  EXPECT_DOUBLE_EQ(counting.lr(), 0.04);
-  EXPECT_DOUBLE_EQ(applied_only.lr(), 0.02);
+  EXPECT_EQ(counting.steps(), 7);
+  EXPECT_EQ(applied_only.steps(), 4);
+  EXPECT_EQ(applied_only.lr(), s->lr_at(3));  // the last lookup, before the last step was counted
+  counting.step_done();  // no verdict: applied
+  EXPECT_EQ(counting.steps(), 8);
+}
+
+// Past the tabulated steps the clock keeps the last lr; resuming sets the count.
+TEST(LrScheduleTest, ClockPastTheTableKeepsTheLastLrAndResumes) {
+  CpuBackend backend{1};
+  const Device cpu{&backend};
+  auto s = make_lr_schedule("poly", options(0));
+  ScheduleClock clock(*s, 10, cpu);
+  clock.set_steps(25);
+  EXPECT_EQ(clock.next_lr().item<double>(), s->lr_at(10));
+  clock.set_steps(4);
+  EXPECT_EQ(clock.steps(), 4);
+  EXPECT_EQ(clock.next_lr().item<double>(), s->lr_at(4));
+  EXPECT_THROW(ScheduleClock(*s, -1, cpu), Error);
 }
 
 TEST(LrScheduleTest, ErrorsNameTheScheduleAndTheFix) {

@@ -28,6 +28,10 @@ bool CpuBackend::supports(Kernel kernel, DType dtype) const {
     case Kernel::Random: return is_floating(dtype);
     // The loss scale is float32, as PyTorch's GradScaler keeps it.
     case Kernel::AmpUpdateScale: return dtype == kFloat32;
+    // Step bookkeeping: fixed dtypes inside (int64 counters, float64 tables and norms, a float32
+    // verdict), serving float32 and float64 steps.
+    case Kernel::CountSteps: case Kernel::LrLookup: case Kernel::ClipCoefficient: case Kernel::ScaleBy:
+      return dtype == kFloat32 || dtype == kFloat64;
     // Optimiser state, norms and loss scaling stay float32/float64 (master weights), softmax and
     // cross-entropy run in float32 under autocast, embeddings keep their float32 tables.
     case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:

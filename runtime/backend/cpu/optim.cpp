@@ -2,6 +2,7 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <type_traits>
@@ -10,10 +11,58 @@ namespace dp {
 
 using namespace cpu;
 
-void CpuBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p) {
+namespace {
+
+// NOTE [ Device-resident optimiser step ] (backend.h): the CPU reads the control's values where
+// they are, at the start of the update.
+void check_control_scalar(const char* op, const char* what, const Tensor& t, DType dtype) {
+  if (!t.defined()) return;
+  DP_CHECK(t.numel() == 1 && t.dtype() == dtype && t.device().is_cpu() && t.is_contiguous(), op, ": control ", what,
+           " must be a one-element ", dtype_name(dtype), " tensor on the CPU, got ", t.str());
+}
+
+struct ControlValues {
+  bool skip = false;
+  double lr = 0;
+  int64_t step_count = -1;  // -1: not given
+};
+
+ControlValues read_control(const char* op, const StepControl& c, double host_lr) {
+  check_control_scalar(op, "found_inf", c.found_inf, kFloat32);
+  check_control_scalar(op, "lr", c.lr, kFloat64);
+  check_control_scalar(op, "step_count", c.step_count, kInt64);
+  ControlValues v;
+  v.skip = c.found_inf.defined() && *c.found_inf.data<float>() != 0.0f;
+  v.lr = c.lr.defined() ? *c.lr.data<double>() * c.lr_scale : host_lr;
+  if (c.step_count.defined()) {
+    v.step_count = *c.step_count.data<int64_t>();
+    DP_CHECK(v.step_count >= 0, op, ": control step_count must be >= 0, got ", v.step_count);
+  }
+  return v;
+}
+
+// AdamParams with the control's lr and step in place of the host ones; nullopt-like skip flag.
+AdamParams resolve_adam(const char* op, const AdamParams& p, bool& skip) {
+  const ControlValues v = read_control(op, p.control, p.lr);
+  skip = v.skip;
+  AdamParams q = p;
+  q.lr = v.lr;
+  if (v.step_count >= 0) q.step = v.step_count + 1;
+  return q;
+}
+
+}  // namespace
+
+void CpuBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                            const SgdParams& params) {
   DP_ASSERT(param.is_contiguous() && grad.is_contiguous() && param.numel() == grad.numel());
-  const bool use_momentum = p.momentum != 0.0;
+  const bool use_momentum = params.momentum != 0.0;
   if (use_momentum) DP_ASSERT(momentum_buf.is_contiguous() && momentum_buf.numel() == param.numel());
+  const ControlValues control = read_control("sgd_update", params.control, params.lr);
+  if (control.skip) return;
+  SgdParams p = params;
+  p.lr = control.lr;
+  if (control.step_count >= 0) p.first_step = use_momentum && control.step_count == 0;
   dispatch_floating(param.dtype(), "sgd_update", [&](auto tag) {
     using T = decltype(tag);
     T* w = param.data<T>();
@@ -73,8 +122,11 @@ struct AdamConstants {
 }  // namespace
 
 void CpuBackend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                              const Tensor& exp_avg_sq, const AdamParams& p) {
+                              const Tensor& exp_avg_sq, const AdamParams& params) {
   check_flat("adamw_update", param, {&grad, &exp_avg, &exp_avg_sq});
+  bool skip = false;
+  const AdamParams p = resolve_adam("adamw_update", params, skip);
+  if (skip) return;
   DP_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got ", p.step);
   dispatch_floating(param.dtype(), "adamw_update", [&](auto tag) {
     using T = decltype(tag);
@@ -101,8 +153,11 @@ void CpuBackend::adamw_update(const Tensor& param, const Tensor& grad, const Ten
 }
 
 void CpuBackend::lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                const Tensor& exp_avg_sq, const Tensor& update, const AdamParams& p) {
+                                const Tensor& exp_avg_sq, const Tensor& update, const AdamParams& params) {
   check_flat("lamb_direction", param, {&grad, &exp_avg, &exp_avg_sq, &update});
+  bool skip = false;
+  const AdamParams p = resolve_adam("lamb_direction", params, skip);
+  if (skip) return;
   DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
   dispatch_floating(param.dtype(), "lamb_direction", [&](auto tag) {
     using T = decltype(tag);
@@ -128,8 +183,12 @@ void CpuBackend::lamb_direction(const Tensor& param, const Tensor& grad, const T
 }
 
 void CpuBackend::lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                             const LarsParams& p) {
+                             const LarsParams& params) {
   check_flat("lars_update", param, {&grad, &momentum_buf});
+  const ControlValues control = read_control("lars_update", params.control, params.lr);
+  if (control.skip) return;
+  LarsParams p = params;
+  p.lr = control.lr;
   dispatch_floating(param.dtype(), "lars_update", [&](auto tag) {
     using T = decltype(tag);
     T* w = param.data<T>();
@@ -185,6 +244,80 @@ void CpuBackend::squared_norms(const std::vector<Tensor>& xs, const Tensor& out)
 #pragma omp parallel for simd num_threads(num_threads_) schedule(static) reduction(+ : sum) if (n > kParallelGrain)
       for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(d[i]) * static_cast<double>(d[i]);
       return sum;
+    });
+  }
+}
+
+// ---- Device-resident step bookkeeping ---------------------------------------------------------
+
+void CpuBackend::count_steps(const std::vector<Tensor>& counters, const Tensor& found_inf, StepCounting how) {
+  check_control_scalar("count_steps", "found_inf", found_inf, kFloat32);
+  const bool found = found_inf.defined() && *found_inf.data<float>() != 0.0f;
+  for (size_t k = 0; k < counters.size(); ++k) {
+    const Tensor& c = counters[k];
+    DP_CHECK(c.defined() && c.numel() == 1 && c.dtype() == kInt64 && c.device().is_cpu(), "count_steps: counter ", k,
+             " must be a one-element int64 tensor on the CPU, got ", c.defined() ? c.str() : std::string("undefined"));
+    int64_t& v = *c.data<int64_t>();
+    switch (how) {
+      case StepCounting::IfApplied: v += found ? 0 : 1; break;
+      case StepCounting::IfSkipped: v += found ? 1 : 0; break;
+      case StepCounting::SkipRun: v = found ? v + 1 : 0; break;
+      case StepCounting::Always: v += 1; break;
+    }
+  }
+}
+
+void CpuBackend::lr_lookup(const Tensor& table, const Tensor& clock, const Tensor& out) {
+  DP_CHECK(table.dtype() == kFloat64 && table.dim() == 1 && table.numel() >= 1 && table.is_contiguous(),
+           "lr_lookup: the table must be a non-empty contiguous float64 vector, got ", table.str());
+  check_control_scalar("lr_lookup", "clock", clock, kInt64);
+  check_control_scalar("lr_lookup", "out", out, kFloat64);
+  DP_CHECK(clock.defined() && out.defined(), "lr_lookup: clock and out are required");
+  const int64_t step = *clock.data<int64_t>();
+  DP_CHECK(step >= 0, "lr_lookup: the clock must be >= 0, got ", step);
+  *out.data<double>() = table.data<double>()[std::min(step, table.numel() - 1)];
+}
+
+void CpuBackend::clip_coefficient(const Tensor& squared_norms, double max_norm, const Tensor& found_inf,
+                                  const Tensor& out) {
+  DP_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0, got ", max_norm);
+  DP_CHECK(squared_norms.dtype() == kFloat64 && squared_norms.dim() == 1 && squared_norms.is_contiguous(),
+           "clip_coefficient: squared_norms must be a contiguous float64 vector, got ", squared_norms.str());
+  DP_CHECK(out.dtype() == kFloat64 && out.numel() == 2 && out.is_contiguous(),
+           "clip_coefficient: out must be a contiguous float64 [2], got ", out.str());
+  check_control_scalar("clip_coefficient", "found_inf", found_inf, kFloat32);
+  DP_CHECK(found_inf.defined(), "clip_coefficient: found_inf is required");
+  const double* sq = squared_norms.data<double>();
+  double total = 0;  // in index order, as global_norm sums
+  for (int64_t i = 0; i < squared_norms.numel(); ++i) total += sq[i];
+  const double norm = std::sqrt(total);
+  double coef = 1.0;
+  if (!std::isfinite(norm)) {
+    *found_inf.data<float>() = 1.0f;
+  } else {
+    const double c = max_norm / (norm + 1e-6);
+    if (c < 1.0) coef = c;
+  }
+  out.data<double>()[0] = norm;
+  out.data<double>()[1] = coef;
+}
+
+void CpuBackend::scale_by(const std::vector<Tensor>& xs, const Tensor& factor) {
+  check_control_scalar("scale_by", "factor", factor, kFloat64);
+  DP_CHECK(factor.defined(), "scale_by: factor is required");
+  const double f = *factor.data<double>();
+  if (f == 1.0) return;  // x·1 is x, exactly
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const Tensor& x = xs[k];
+    DP_CHECK(x.is_contiguous() && x.device().is_cpu(), "scale_by: tensor ", k, " must be contiguous on the CPU, got ",
+             x.str());
+    dispatch_floating(x.dtype(), "scale_by", [&](auto tag) {
+      using T = decltype(tag);
+      const T t = static_cast<T>(f);
+      T* d = x.data<T>();
+      const int64_t n = x.numel();
+#pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) d[i] *= t;
     });
   }
 }

@@ -101,6 +101,10 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
     case Kernel::Copy: case Kernel::Fill: case Kernel::Arange: return true;
     // The loss scale is float32, as PyTorch's GradScaler keeps it.
     case Kernel::AmpUpdateScale: return dtype == kFloat32;
+    // Step bookkeeping: fixed dtypes inside (int64 counters, float64 tables and norms, a float32
+    // verdict), serving float32 and float64 steps.
+    case Kernel::CountSteps: case Kernel::LrLookup: case Kernel::ClipCoefficient: case Kernel::ScaleBy:
+      return dtype == kFloat32 || dtype == kFloat64;
     // Optimiser state and norms stay in float32/float64 (master weights; mixed precision keeps
     // parameters in float32).
     case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:

@@ -226,6 +226,11 @@ class CudaBackend final : public Backend {
                              const Tensor& scale) override;
   void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                         double growth_factor, double backoff_factor, int64_t growth_interval) override;
+  void count_steps(const std::vector<Tensor>& counters, const Tensor& found_inf, StepCounting how) override;
+  void lr_lookup(const Tensor& table, const Tensor& clock, const Tensor& out) override;
+  void clip_coefficient(const Tensor& squared_norms, double max_norm, const Tensor& found_inf,
+                        const Tensor& out) override;
+  void scale_by(const std::vector<Tensor>& xs, const Tensor& factor) override;
 
   // ---- For the kernel front-ends ----
   // The device's view of the error record kernels write (NOTE [ Device errors ]).

@@ -10,6 +10,7 @@
 #include "runtime/backend/cuda/cuda_check.h"
 #include "runtime/backend/cuda/memory_kernels.h"
 #include "runtime/backend/cuda/strided_shape.h"
+#include "runtime/core/host_sync.h"
 
 namespace dp::cuda {
 
@@ -163,6 +164,7 @@ void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes)
 
 void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
+  check_host_sync_allowed("a CUDA device → host copy");
   activate();
   DP_CUDA_CHECK(device_, cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
                 format_bytes(nbytes), " device → host");
@@ -190,6 +192,7 @@ CudaEvent CudaBackend::copy_from_pinned_async(void* dst, const PinnedHostBuffer&
 }
 
 void CudaBackend::synchronize() {
+  check_host_sync_allowed("CUDA synchronize()");
   activate();
   DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_));
   raise_device_errors();

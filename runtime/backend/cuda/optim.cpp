@@ -26,6 +26,27 @@ void check_flat(const char* op, const Tensor& param, std::initializer_list<const
              param.str());
 }
 
+// A one-element tensor of `dtype` on this device, or undefined (NOTE [ Device-resident optimiser
+// step ], backend.h).
+void check_control_scalar(const CudaBackend& backend, const char* op, const char* what, const Tensor& t, DType dtype) {
+  if (!t.defined()) return;
+  backend.check_operand(op, t);
+  DP_CHECK(t.numel() == 1 && t.dtype() == dtype && t.is_contiguous(), op, ": control ", what, " must be a one-element ",
+           dtype_name(dtype), " tensor, got ", t.str());
+}
+
+DeviceControl device_control(const CudaBackend& backend, const char* op, const StepControl& c) {
+  check_control_scalar(backend, op, "found_inf", c.found_inf, kFloat32);
+  check_control_scalar(backend, op, "lr", c.lr, kFloat64);
+  check_control_scalar(backend, op, "step_count", c.step_count, kInt64);
+  DeviceControl d;
+  d.found_inf = c.found_inf.defined() ? c.found_inf.data<float>() : nullptr;
+  d.lr = c.lr.defined() ? c.lr.data<double>() : nullptr;
+  d.lr_scale = c.lr_scale;
+  d.step_count = c.step_count.defined() ? c.step_count.data<int64_t>() : nullptr;
+  return d;
+}
+
 // The CPU backend's AdamConstants, in double (cast to the element type by the launcher).
 AdamScalars adam_scalars(const AdamParams& p) {
   const double bc1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
@@ -46,6 +67,8 @@ AdamScalars adam_scalars(const AdamParams& p) {
   s.weight_decay = p.weight_decay;
   // p·(1 − lr·λ) as p − (lr·λ)·p, as the CPU backend (rounding 1 − lr·λ would bias every step).
   s.lr_wd = p.lr * p.weight_decay;
+  s.lr = p.lr;
+  s.step = p.step;
   return s;
 }
 
@@ -71,6 +94,7 @@ void CudaBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tens
   s.weight_decay = p.weight_decay;
   s.nesterov = p.nesterov;
   s.first_step = p.first_step;
+  s.control = device_control(*this, "sgd_update", p.control);
   DP_CUDA_CHECK(device_,
                 launch_sgd_update(param.raw_data(), grad.raw_data(), use_momentum ? momentum_buf.raw_data() : nullptr,
                                   param.dtype(), param.numel(), s, stream_),
@@ -83,11 +107,13 @@ void CudaBackend::adamw_update(const Tensor& param, const Tensor& grad, const Te
   check_supported(Kernel::AdamwUpdate, param.dtype());
   check_flat("adamw_update", param, {&grad, &exp_avg, &exp_avg_sq});
   DP_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got ", p.step);
+  AdamScalars s = adam_scalars(p);
+  s.control = device_control(*this, "adamw_update", p.control);
   if (param.numel() == 0) return;
   activate();
   DP_CUDA_CHECK(device_,
                 launch_adamw_update(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
-                                    param.dtype(), param.numel(), adam_scalars(p), stream_),
+                                    param.dtype(), param.numel(), s, stream_),
                 "adamw_update ", param.str());
 }
 
@@ -97,11 +123,13 @@ void CudaBackend::lamb_direction(const Tensor& param, const Tensor& grad, const 
   check_supported(Kernel::LambDirection, param.dtype());
   check_flat("lamb_direction", param, {&grad, &exp_avg, &exp_avg_sq, &update});
   DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
+  AdamScalars s = adam_scalars(p);
+  s.control = device_control(*this, "lamb_direction", p.control);
   if (param.numel() == 0) return;
   activate();
   DP_CUDA_CHECK(device_,
                 launch_lamb_direction(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
-                                      update.raw_data(), param.dtype(), param.numel(), adam_scalars(p), stream_),
+                                      update.raw_data(), param.dtype(), param.numel(), s, stream_),
                 "lamb_direction ", param.str());
 }
 
@@ -126,6 +154,7 @@ void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Ten
     s.device_trust = p.trust_ratios.data<double>() + p.trust_index;
   }
   s.lr_outside_momentum = p.lr_outside_momentum;
+  s.control = device_control(*this, "lars_update", p.control);
   DP_CUDA_CHECK(device_,
                 launch_lars_update(param.raw_data(), grad.raw_data(), momentum_buf.raw_data(), param.dtype(),
                                    param.numel(), s, stream_),
@@ -175,6 +204,73 @@ void CudaBackend::lars_trust_ratios(const Tensor& squared_norms, double weight_d
                 launch_trust_ratios(squared_norms.data<double>(), nullptr, weight_decay, out.numel(), eta, eps,
                                     out.data<double>(), stream_),
                 "lars_trust_ratios over ", out.numel(), " parameters");
+}
+
+// ---- Device-resident step bookkeeping ---------------------------------------------------------
+
+void CudaBackend::count_steps(const std::vector<Tensor>& counters, const Tensor& found_inf, StepCounting how) {
+  check_control_scalar(*this, "count_steps", "found_inf", found_inf, kFloat32);
+  std::vector<int64_t*> pointers(counters.size());
+  for (size_t k = 0; k < counters.size(); ++k) {
+    const Tensor& c = counters[k];
+    DP_CHECK(c.defined(), "count_steps: counter ", k, " is undefined");
+    check_control_scalar(*this, "count_steps", "counter", c, kInt64);
+    pointers[k] = c.data<int64_t>();
+  }
+  if (pointers.empty()) return;
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_count_steps(pointers.data(), static_cast<int64_t>(pointers.size()),
+                                   found_inf.defined() ? found_inf.data<float>() : nullptr, static_cast<int>(how),
+                                   stream_),
+                "count_steps over ", pointers.size(), " counters");
+}
+
+void CudaBackend::lr_lookup(const Tensor& table, const Tensor& clock, const Tensor& out) {
+  check_operand("lr_lookup", table);
+  DP_CHECK(table.dtype() == kFloat64 && table.dim() == 1 && table.numel() >= 1 && table.is_contiguous(),
+           "lr_lookup: the table must be a non-empty contiguous float64 vector, got ", table.str());
+  DP_CHECK(clock.defined() && out.defined(), "lr_lookup: clock and out are required");
+  check_control_scalar(*this, "lr_lookup", "clock", clock, kInt64);
+  check_control_scalar(*this, "lr_lookup", "out", out, kFloat64);
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_lr_lookup(table.data<double>(), table.numel(), clock.data<int64_t>(), out.data<double>(), stream_),
+                "lr_lookup");
+}
+
+void CudaBackend::clip_coefficient(const Tensor& squared_norms, double max_norm, const Tensor& found_inf,
+                                   const Tensor& out) {
+  DP_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0, got ", max_norm);
+  check_operand("clip_coefficient", squared_norms);
+  check_operand("clip_coefficient", out);
+  DP_CHECK(squared_norms.dtype() == kFloat64 && squared_norms.dim() == 1 && squared_norms.is_contiguous(),
+           "clip_coefficient: squared_norms must be a contiguous float64 vector, got ", squared_norms.str());
+  DP_CHECK(out.dtype() == kFloat64 && out.numel() == 2 && out.is_contiguous(),
+           "clip_coefficient: out must be a contiguous float64 [2], got ", out.str());
+  DP_CHECK(found_inf.defined(), "clip_coefficient: found_inf is required");
+  check_control_scalar(*this, "clip_coefficient", "found_inf", found_inf, kFloat32);
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_clip_coefficient(squared_norms.numel() > 0 ? squared_norms.data<double>() : nullptr,
+                                        squared_norms.numel(), max_norm, out.data<double>(), found_inf.data<float>(),
+                                        stream_),
+                "clip_coefficient over ", squared_norms.numel(), " norms");
+}
+
+void CudaBackend::scale_by(const std::vector<Tensor>& xs, const Tensor& factor) {
+  DP_CHECK(factor.defined(), "scale_by: factor is required");
+  check_control_scalar(*this, "scale_by", "factor", factor, kFloat64);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const Tensor& x = xs[k];
+    check_operand("scale_by", x);
+    check_supported(Kernel::ScaleBy, x.dtype());
+    DP_CHECK(x.is_contiguous(), "scale_by: tensor ", k, " must be contiguous, got ", x.str());
+    if (x.numel() == 0) continue;
+    activate();
+    DP_CUDA_CHECK(device_, launch_scale_by(x.raw_data(), x.dtype(), x.numel(), factor.data<double>(), stream_),
+                  "scale_by ", x.str());
+  }
 }
 
 }  // namespace dp::cuda

@@ -59,11 +59,14 @@ struct Buffers {
 //              never loaded).
 //   vec_numel: elements [0, vec_numel) go through 16-byte vectors (a multiple of kVec<T>; 0 when
 //              some used buffer is not 16-byte aligned), the rest [vec_numel, numel) one by one.
+//   found_inf: float32 in device memory or null; nonzero → the kernel writes nothing (NOTE
+//              [ Device-resident optimiser step ]).
 // op.prepared() is called once per thread (it may read a device scalar), then op(x) updates one
 // element's values x[0..NB) in place. Unloaded slots hold 0 before the op runs.
 template <typename T, int NB, unsigned kLoad, unsigned kStore, typename Op>
 __global__ void __launch_bounds__(kThreads)
-    fused_update_kernel(Buffers<T, NB> bufs, int64_t numel, int64_t vec_numel, Op op) {
+    fused_update_kernel(Buffers<T, NB> bufs, int64_t numel, int64_t vec_numel, Op op, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;  // uniform across the grid
   constexpr int V = kVec<T>;
   using VecT = Vec<T, V>;
   const Op o = op.prepared();
@@ -104,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int NB, unsigned kLoad, unsigned kStore, typename Op>
-cudaError_t launch_fused(const Buffers<T, NB>& bufs, int64_t numel, const Op& op, cudaStream_t stream) {
+cudaError_t launch_fused(const Buffers<T, NB>& bufs, int64_t numel, const Op& op, cudaStream_t stream,
+                         const float* found_inf = nullptr) {
   static_assert(NB <= 32, "one bit per buffer");
   if (numel < 0) return cudaErrorInvalidValue;
   if (numel == 0) return cudaSuccess;
@@ -118,7 +122,7 @@ cudaError_t launch_fused(const Buffers<T, NB>& bufs, int64_t numel, const Op& op
   const int64_t vec_numel = aligned ? numel / V * V : 0;
   const int64_t work_items = vec_numel / V + (numel - vec_numel);  // vectors + scalar elements
   fused_update_kernel<T, NB, kLoad, kStore, Op>
-      <<<device::blocks_for(work_items), kThreads, 0, stream>>>(bufs, numel, vec_numel, op);
+      <<<device::blocks_for(work_items), kThreads, 0, stream>>>(bufs, numel, vec_numel, op, found_inf);
   return cudaGetLastError();
 }
 
@@ -137,16 +141,25 @@ cudaError_t dispatch_update_dtype(DType dtype, Fn&& fn) {
 // (T [n]; unused without momentum, written only on the first step, else read and written).
 //   d = g + wd·p;  b = first ? d : mom·b + (1 − dampening)·d;  d = nesterov ? d + mom·b : b;
 //   p −= lr·d
+// With a device step count (kFirst false) the first step is decided per launch on the device
+// (`first`), the buffer then being loaded but not used.
 template <typename T, bool kMomentum, bool kFirst, bool kNesterov>
 struct SgdOp {
   T lr, wd, mom, damp;
-  __device__ __forceinline__ SgdOp prepared() const { return *this; }
+  bool first;
+  DeviceControl control;
+  __device__ __forceinline__ SgdOp prepared() const {
+    SgdOp o = *this;
+    if (control.lr != nullptr) o.lr = T(__dmul_rn(*control.lr, control.lr_scale));
+    if (control.step_count != nullptr) o.first = *control.step_count == 0;
+    return o;
+  }
   __device__ __forceinline__ void operator()(T (&x)[3]) const {
     T d = rn::fma(wd, x[0], x[1]);
     if constexpr (kMomentum) {
       T b;
       if constexpr (kFirst) b = d;
-      else b = rn::fma(mom, x[2], rn::mul(damp, d));
+      else b = first ? d : rn::fma(mom, x[2], rn::mul(damp, d));
       x[2] = b;
       if constexpr (kNesterov) d = rn::fma(mom, b, d);
       else d = b;
@@ -157,10 +170,11 @@ struct SgdOp {
 
 template <typename T, bool kMomentum, bool kFirst, bool kNesterov>
 cudaError_t launch_sgd_typed(const Buffers<T, 3>& bufs, int64_t numel, const SgdScalars& s, cudaStream_t stream) {
-  const SgdOp<T, kMomentum, kFirst, kNesterov> op{T(s.lr), T(s.weight_decay), T(s.momentum), T(1.0 - s.dampening)};
+  const SgdOp<T, kMomentum, kFirst, kNesterov> op{T(s.lr), T(s.weight_decay), T(s.momentum), T(1.0 - s.dampening),
+                                                  false, s.control};
   constexpr unsigned kLoad = kMomentum && !kFirst ? 0b111u : 0b011u;
   constexpr unsigned kStore = kMomentum ? 0b101u : 0b001u;
-  return launch_fused<T, 3, kLoad, kStore>(bufs, numel, op, stream);
+  return launch_fused<T, 3, kLoad, kStore>(bufs, numel, op, stream, s.control.found_inf);
 }
 
 // ---- AdamW and LAMB ---------------------------------------------------------------------------
@@ -171,6 +185,24 @@ struct AdamConstants {
   T b1, one_minus_b1, b2, one_minus_b2, eps, inv_divisor, divisor, step_size, bc1, bc2, bc2_sqrt, wd, lr_wd;
   bool divide;
 };
+
+// The scalars that depend on lr and step, recomputed on the device from the control's values
+// with the host's formulas (optim.cpp's adam_scalars; pow on the device may differ from the
+// host's by an ulp of the bias correction).
+template <typename T>
+__device__ __forceinline__ void refresh_from_control(AdamConstants<T>& c, const AdamScalars& s) {
+  const DeviceControl& ctl = s.control;
+  if (ctl.lr == nullptr && ctl.step_count == nullptr) return;
+  const double lr = ctl.lr != nullptr ? __dmul_rn(*ctl.lr, ctl.lr_scale) : s.lr;
+  const double step = static_cast<double>(ctl.step_count != nullptr ? *ctl.step_count + 1 : s.step);
+  const double bc1 = __dsub_rn(1.0, pow(s.beta1, step));
+  const double bc2 = __dsub_rn(1.0, pow(s.beta2, step));
+  c.step_size = T(__ddiv_rn(lr, bc1));
+  c.bc1 = T(bc1);
+  c.bc2 = T(bc2);
+  c.bc2_sqrt = T(__dsqrt_rn(bc2));
+  c.lr_wd = T(__dmul_rn(lr, s.weight_decay));
+}
 
 template <typename T>
 AdamConstants<T> adam_constants(const AdamScalars& s) {
@@ -189,7 +221,12 @@ AdamConstants<T> adam_constants(const AdamScalars& s) {
 template <typename T>
 struct AdamwOp {
   AdamConstants<T> c;
-  __device__ __forceinline__ AdamwOp prepared() const { return *this; }
+  AdamScalars s;
+  __device__ __forceinline__ AdamwOp prepared() const {
+    AdamwOp o = *this;
+    refresh_from_control(o.c, s);
+    return o;
+  }
   __device__ __forceinline__ void operator()(T (&x)[4]) const {
     const T g = c.divide ? rn::mul(x[1], c.inv_divisor) : x[1];
     const T m = rn::fma(c.b1, x[2], rn::mul(c.one_minus_b1, g));
@@ -208,7 +245,12 @@ struct AdamwOp {
 template <typename T>
 struct LambOp {
   AdamConstants<T> c;
-  __device__ __forceinline__ LambOp prepared() const { return *this; }
+  AdamScalars s;
+  __device__ __forceinline__ LambOp prepared() const {
+    LambOp o = *this;
+    refresh_from_control(o.c, s);
+    return o;
+  }
   __device__ __forceinline__ void operator()(T (&x)[5]) const {
     const T g = rn::div(x[1], c.divisor);
     const T m = rn::fma(c.b1, x[2], rn::mul(c.one_minus_b1, g));
@@ -230,15 +272,17 @@ struct LambOp {
 template <typename T, bool kLrOutside>
 struct LarsOp {
   T wd, mom, lr, trust, scaled_lr;
-  double lr_double;
+  double lr_double, trust_double;
   const double* device_trust;
+  DeviceControl control;
   __device__ __forceinline__ LarsOp prepared() const {
     LarsOp o = *this;
-    if (device_trust != nullptr) {
-      const double t = *device_trust;
-      o.trust = T(t);
-      o.scaled_lr = T(__dmul_rn(lr_double, t));
-    }
+    if (device_trust == nullptr && control.lr == nullptr) return o;
+    const double t = device_trust != nullptr ? *device_trust : trust_double;
+    const double lr_now = control.lr != nullptr ? __dmul_rn(*control.lr, control.lr_scale) : lr_double;
+    o.trust = T(t);
+    o.lr = T(lr_now);
+    o.scaled_lr = T(__dmul_rn(lr_now, t));
     return o;
   }
   __device__ __forceinline__ void operator()(T (&x)[3]) const {
@@ -368,10 +412,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// clip_coefficient_kernel (one thread): squared_norms float64 [n]; clip, total_norm (nullable)
-// float64 [1] out; found_nonfinite int32 [1] out. Sums in index order as global_norm does.
-__global__ void clip_coefficient_kernel(const double* squared_norms, int64_t n, double max_norm, double* clip,
-                                        int32_t* found_nonfinite, double* total_norm) {
+// clip_coefficient_kernel (one thread): squared_norms float64 [n]; out float64 [2] = (norm, clip);
+// found_inf float32 [1] set to 1 when the norm is not finite. Sums in index order as global_norm.
+__global__ void clip_coefficient_kernel(const double* squared_norms, int64_t n, double max_norm, double* out,
+                                        float* found_inf) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double total = 0;
 #pragma unroll 8
@@ -383,9 +427,49 @@ __global__ void clip_coefficient_kernel(const double* squared_norms, int64_t n, 
     const double c = __ddiv_rn(max_norm, __dadd_rn(norm, 1e-6));
     if (c < 1.0) coef = c;
   }
-  *clip = coef;
-  *found_nonfinite = finite ? 0 : 1;
-  if (total_norm != nullptr) *total_norm = norm;
+  out[0] = norm;
+  out[1] = coef;
+  if (!finite) *found_inf = 1.0f;
+}
+
+// scale_by: slot 0 = x (T [n], read/written); x ·= T(*factor).
+template <typename T>
+struct ScaleOp {
+  const double* factor;
+  T f;
+  __device__ __forceinline__ ScaleOp prepared() const {
+    ScaleOp o = *this;
+    o.f = T(*factor);
+    return o;
+  }
+  __device__ __forceinline__ void operator()(T (&x)[1]) const { x[0] = rn::mul(x[0], f); }
+};
+
+struct CounterChunk {
+  int64_t* counters[kCounterChunk];
+  int32_t count;
+};
+
+// count_steps_kernel: one thread per counter of the chunk (StepCounting as an int).
+__global__ void count_steps_kernel(const __grid_constant__ CounterChunk c, const float* found_inf, int how) {
+  const int k = static_cast<int>(threadIdx.x);
+  if (k >= c.count) return;
+  const bool found = found_inf != nullptr && *found_inf != 0.0f;
+  int64_t& v = *c.counters[k];
+  switch (how) {
+    case 0: v += found ? 0 : 1; break;  // IfApplied
+    case 1: v += found ? 1 : 0; break;  // IfSkipped
+    case 2: v = found ? v + 1 : 0; break;  // SkipRun
+    default: v += 1; break;  // Always
+  }
+}
+
+__global__ void lr_lookup_kernel(const double* table, int64_t n, const int64_t* clock, double* out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int64_t step = *clock;
+  if (step < 0) step = 0;
+  if (step > n - 1) step = n - 1;
+  *out = table[step];
 }
 
 }  // namespace
@@ -399,7 +483,7 @@ cudaError_t launch_sgd_update(void* param, const void* grad, void* momentum_buf,
     const Buffers<T, 3> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(grad)),
                               static_cast<T*>(momentum_buf)}};
     if (s.momentum == 0.0) return launch_sgd_typed<T, false, false, false>(bufs, numel, s, stream);
-    if (s.first_step) {
+    if (s.first_step && s.control.step_count == nullptr) {
       return s.nesterov ? launch_sgd_typed<T, true, true, true>(bufs, numel, s, stream)
                         : launch_sgd_typed<T, true, true, false>(bufs, numel, s, stream);
     }
@@ -414,7 +498,8 @@ cudaError_t launch_adamw_update(void* param, const void* grad, void* exp_avg, vo
     using T = decltype(tag);
     const Buffers<T, 4> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(grad)),
                               static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq)}};
-    return launch_fused<T, 4, 0b1111u, 0b1101u>(bufs, numel, AdamwOp<T>{adam_constants<T>(s)}, stream);
+    return launch_fused<T, 4, 0b1111u, 0b1101u>(bufs, numel, AdamwOp<T>{adam_constants<T>(s), s}, stream,
+                                                s.control.found_inf);
   });
 }
 
@@ -425,7 +510,8 @@ cudaError_t launch_lamb_direction(const void* param, const void* grad, void* exp
     using T = decltype(tag);
     const Buffers<T, 5> bufs{{static_cast<T*>(const_cast<void*>(param)), static_cast<T*>(const_cast<void*>(grad)),
                               static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), static_cast<T*>(update)}};
-    return launch_fused<T, 5, 0b01111u, 0b11100u>(bufs, numel, LambOp<T>{adam_constants<T>(s)}, stream);
+    return launch_fused<T, 5, 0b01111u, 0b11100u>(bufs, numel, LambOp<T>{adam_constants<T>(s), s}, stream,
+                                                  s.control.found_inf);
   });
 }
 
@@ -437,13 +523,13 @@ cudaError_t launch_lars_update(void* param, const void* grad, void* momentum_buf
                               static_cast<T*>(momentum_buf)}};
     const double scaled_lr = s.lr * s.trust;  // rounded in double, then cast (as the CPU)
     if (s.lr_outside_momentum) {
-      const LarsOp<T, true> op{T(s.weight_decay), T(s.momentum), T(s.lr), T(s.trust), T(scaled_lr), s.lr,
-                               s.device_trust};
-      return launch_fused<T, 3, 0b111u, 0b101u>(bufs, numel, op, stream);
+      const LarsOp<T, true> op{T(s.weight_decay), T(s.momentum), T(s.lr),    T(s.trust),
+                               T(scaled_lr),      s.lr,          s.trust,    s.device_trust, s.control};
+      return launch_fused<T, 3, 0b111u, 0b101u>(bufs, numel, op, stream, s.control.found_inf);
     }
-    const LarsOp<T, false> op{T(s.weight_decay), T(s.momentum), T(s.lr), T(s.trust), T(scaled_lr), s.lr,
-                              s.device_trust};
-    return launch_fused<T, 3, 0b111u, 0b101u>(bufs, numel, op, stream);
+    const LarsOp<T, false> op{T(s.weight_decay), T(s.momentum), T(s.lr),    T(s.trust),
+                              T(scaled_lr),      s.lr,          s.trust,    s.device_trust, s.control};
+    return launch_fused<T, 3, 0b111u, 0b101u>(bufs, numel, op, stream, s.control.found_inf);
   });
 }
 
@@ -511,11 +597,43 @@ cudaError_t launch_trust_ratios(const double* squared_norms, const double* weigh
   return cudaGetLastError();
 }
 
-cudaError_t launch_clip_coefficient(const double* squared_norms, int64_t n, double max_norm, double* clip,
-                                    int32_t* found_nonfinite, double* total_norm, cudaStream_t stream) {
-  if (n < 0 || !(max_norm > 0) || clip == nullptr || found_nonfinite == nullptr) return cudaErrorInvalidValue;
+cudaError_t launch_clip_coefficient(const double* squared_norms, int64_t n, double max_norm, double* out,
+                                    float* found_inf, cudaStream_t stream) {
+  if (n < 0 || !(max_norm > 0) || out == nullptr || found_inf == nullptr) return cudaErrorInvalidValue;
   if (n > 0 && squared_norms == nullptr) return cudaErrorInvalidValue;
-  clip_coefficient_kernel<<<1, 1, 0, stream>>>(squared_norms, n, max_norm, clip, found_nonfinite, total_norm);
+  clip_coefficient_kernel<<<1, 1, 0, stream>>>(squared_norms, n, max_norm, out, found_inf);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale_by(void* x, DType dtype, int64_t numel, const double* factor, cudaStream_t stream) {
+  if (factor == nullptr) return cudaErrorInvalidValue;
+  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    const Buffers<T, 1> bufs{{static_cast<T*>(x)}};
+    return launch_fused<T, 1, 0b1u, 0b1u>(bufs, numel, ScaleOp<T>{factor, T(1)}, stream);
+  });
+}
+
+cudaError_t launch_count_steps(int64_t* const* counters, int64_t count, const float* found_inf, int how,
+                               cudaStream_t stream) {
+  if (count < 0 || how < 0 || how > 3) return cudaErrorInvalidValue;
+  for (int64_t first = 0; first < count; first += kCounterChunk) {
+    CounterChunk c{};
+    c.count = static_cast<int32_t>(std::min<int64_t>(kCounterChunk, count - first));
+    for (int k = 0; k < c.count; ++k) {
+      if (counters[first + k] == nullptr) return cudaErrorInvalidValue;
+      c.counters[k] = counters[first + k];
+    }
+    count_steps_kernel<<<1, kCounterChunk, 0, stream>>>(c, found_inf, how);
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_lr_lookup(const double* table, int64_t n, const int64_t* clock, double* out, cudaStream_t stream) {
+  if (n < 1 || table == nullptr || clock == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  lr_lookup_kernel<<<1, 1, 0, stream>>>(table, n, clock, out);
   return cudaGetLastError();
 }
 

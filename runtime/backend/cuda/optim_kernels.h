@@ -32,11 +32,26 @@ namespace dp::cuda {
 
 // ---- Fused updates ----------------------------------------------------------------------------
 
+// NOTE [ Device-resident optimiser step ] (backend.h, StepControl): device pointers an update
+// reads once per thread instead of host scalars; each may be null (the host value applies).
+//   found_inf   float32: nonzero → the kernel writes nothing;
+//   lr          float64: the learning rate is *lr · lr_scale (rounded in double, as the host's
+//               set_lr) and the scalars derived from it are recomputed on the device;
+//   step_count  int64: updates applied before this one (Adam: step = count + 1; SGD: the first
+//               step when 0, the momentum buffer then being initialised memory).
+struct DeviceControl {
+  const float* found_inf = nullptr;
+  const double* lr = nullptr;
+  double lr_scale = 1;
+  const int64_t* step_count = nullptr;
+};
+
 // PyTorch SGD (backend.h, sgd_update). `momentum_buf` is unused (may be null) when momentum == 0;
 // with first_step it is written but not read (it may hold uninitialised memory).
 struct SgdScalars {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
-  bool nesterov = false, first_step = false;
+  bool nesterov = false, first_step = false;  // first_step ignored when control.step_count is set
+  DeviceControl control;
 };
 cudaError_t launch_sgd_update(void* param, const void* grad, void* momentum_buf, DType dtype, int64_t numel,
                               const SgdScalars& s, cudaStream_t stream);
@@ -54,6 +69,11 @@ struct AdamScalars {
   double bc2_sqrt = 1;     // √bc2 (adamw)
   double weight_decay = 0; // lamb: update += wd·p
   double lr_wd = 0;        // lr·wd (adamw: p − (lr·wd)·p)
+  // With control.lr or control.step_count the kernel recomputes step_size, bc1, bc2, bc2_sqrt and
+  // lr_wd on the device from these (the host values of lr and step, used for what is not given).
+  double lr = 0;
+  int64_t step = 1;
+  DeviceControl control;
 };
 
 // torch.optim.AdamW: param, exp_avg, exp_avg_sq updated in place; grad read.
@@ -74,6 +94,7 @@ struct LarsScalars {
   double trust = 1;
   const double* device_trust = nullptr;
   bool lr_outside_momentum = false;
+  DeviceControl control;  // step_count unused
 };
 cudaError_t launch_lars_update(void* param, const void* grad, void* momentum_buf, DType dtype, int64_t numel,
                                const LarsScalars& s, cudaStream_t stream);
@@ -121,17 +142,32 @@ cudaError_t launch_squared_norms(const NormInput* inputs, int64_t count, double*
 cudaError_t launch_trust_ratios(const double* squared_norms, const double* weight_decay, double uniform_weight_decay,
                                 int64_t n, double eta, double eps, double* ratios, cudaStream_t stream);
 
-// Gradient clipping's coefficient on the device, clip_grad_norm_ (optim/clip_grad.cpp):
+// Gradient clipping's coefficient on the device (backend.h, clip_coefficient):
 //   squared_norms: float64 [n] (each gradient's squared norm, launch_squared_norms' output);
 //   total = Σ squared_norms summed in index order in float64 (as global_norm does), norm = √total;
-//   clip (float64 scalar out) = min(1, max_norm / (norm + 1e-6)), or 1 when norm is not finite;
-//   found_nonfinite (int32 scalar out) = 1 when norm is not finite (inf or NaN), else 0 (always
-//   written, never accumulated);
-//   total_norm (float64 scalar out, may be null) = norm, what clip_grad_norm_ returns.
-// Multiplying every gradient by *clip is then the clipping (a no-op factor of 1 where the CPU
-// skips it). max_norm must be > 0 (else cudaErrorInvalidValue). One launch of one block; n == 0
-// gives norm 0 and clip 1.
-cudaError_t launch_clip_coefficient(const double* squared_norms, int64_t n, double max_norm, double* clip,
-                                    int32_t* found_nonfinite, double* total_norm, cudaStream_t stream);
+//   out (float64 [2]) = (norm, clip) with clip = min(1, max_norm / (norm + 1e-6)), or 1 when norm
+//   is not finite; found_inf (float32 [1]) is then set to 1 (never cleared: it accumulates with
+//   the loss scaler's verdict).
+// Multiplying every gradient by clip (launch_scale_by) is then the clipping (a factor of 1 where
+// the CPU skips it). max_norm must be > 0 (else cudaErrorInvalidValue). One launch of one thread;
+// n == 0 gives norm 0 and clip 1.
+cudaError_t launch_clip_coefficient(const double* squared_norms, int64_t n, double max_norm, double* out,
+                                    float* found_inf, cudaStream_t stream);
+
+// x[i] *= T(*factor) over a flat float32/float64 buffer of numel elements; factor float64 in
+// device memory (read once per thread).
+cudaError_t launch_scale_by(void* x, DType dtype, int64_t numel, const double* factor, cudaStream_t stream);
+
+// Counters per count_steps launch (their table is a kernel parameter).
+inline constexpr int kCounterChunk = 128;
+// Advances counters[0..count) (int64 [1] each, device memory) by the rule `how` (backend.h,
+// StepCounting: 0 IfApplied, 1 IfSkipped, 2 SkipRun, 3 Always) from found_inf (float32 [1], or
+// null: read as 0). ceil(count / kCounterChunk) launches.
+cudaError_t launch_count_steps(int64_t* const* counters, int64_t count, const float* found_inf, int how,
+                               cudaStream_t stream);
+
+// *out = table[min(*clock, n − 1)] (float64 table [n ≥ 1], int64 clock, float64 out; a negative
+// clock reads entry 0). One thread.
+cudaError_t launch_lr_lookup(const double* table, int64_t n, const int64_t* clock, double* out, cudaStream_t stream);
 
 }  // namespace dp::cuda

@@ -418,10 +418,10 @@ TEST_F(OptimCudaTest, ClipCoefficientMatchesClipGradNorm) {
     const Case& cs = cases[c];
     const int64_t n = static_cast<int64_t>(cs.sq.size());
     Tensor sq = n > 0 ? from_vector(cs.sq, {n}, gpu_) : Tensor::empty({0}, kFloat64, gpu_);
-    Tensor clip = full({1}, nan, kFloat64, gpu_), norm = full({1}, nan, kFloat64, gpu_);
-    Tensor flag = full({1}, 7, kInt32, gpu_);
-    ASSERT_EQ(cuda::launch_clip_coefficient(n > 0 ? sq.data<double>() : nullptr, n, cs.max_norm, clip.data<double>(),
-                                            flag.data<int32_t>(), norm.data<double>(), gpu_backend().stream()),
+    Tensor out = full({2}, nan, kFloat64, gpu_);
+    Tensor flag = full({1}, 0, kFloat32, gpu_);
+    ASSERT_EQ(cuda::launch_clip_coefficient(n > 0 ? sq.data<double>() : nullptr, n, cs.max_norm, out.data<double>(),
+                                            flag.data<float>(), gpu_backend().stream()),
               cudaSuccess);
     double total = 0;
     for (double s : cs.sq) total += s;  // global_norm's order
@@ -429,15 +429,23 @@ TEST_F(OptimCudaTest, ClipCoefficientMatchesClipGradNorm) {
     const bool finite = std::isfinite(want_norm);
     const double coef = finite ? cs.max_norm / (want_norm + 1e-6) : 1.0;
     const double want_clip = finite && coef < 1.0 ? coef : 1.0;
-    EXPECT_EQ(clip.to_vector<double>()[0], want_clip) << "case " << c;
-    EXPECT_EQ(flag.to_vector<int32_t>()[0], finite ? 0 : 1) << "case " << c;
-    const double got_norm = norm.to_vector<double>()[0];
+    const std::vector<double> got = out.to_vector<double>();
+    EXPECT_EQ(got[1], want_clip) << "case " << c;
+    EXPECT_EQ(flag.to_vector<float>()[0], finite ? 0.0f : 1.0f) << "case " << c;
     if (finite) {
-      EXPECT_EQ(got_norm, want_norm) << "case " << c;
+      EXPECT_EQ(got[0], want_norm) << "case " << c;
     } else {
-      EXPECT_FALSE(std::isfinite(got_norm)) << "case " << c;
+      EXPECT_FALSE(std::isfinite(got[0])) << "case " << c;
     }
   }
+  // The flag accumulates: a finite norm never clears a verdict already set.
+  Tensor sq = from_vector(std::vector<double>{1.0}, {1}, gpu_);
+  Tensor out = Tensor::empty({2}, kFloat64, gpu_);
+  Tensor flag = full({1}, 1, kFloat32, gpu_);
+  ASSERT_EQ(cuda::launch_clip_coefficient(sq.data<double>(), 1, 1.0, out.data<double>(), flag.data<float>(),
+                                          gpu_backend().stream()),
+            cudaSuccess);
+  EXPECT_EQ(flag.to_vector<float>()[0], 1.0f);
 }
 
 #endif  // DP_OPTIM_TEST_LAUNCHERS

@@ -38,12 +38,12 @@ std::vector<OpCase> optimizer_cases() {
                      },
                      false});
   };
-  sgd_case("sgd_update_plain_257", 257, SgdParams{0.1, 0.0, 0.0, 0.0, false, false});
-  sgd_case("sgd_update_weight_decay_no_momentum_33", 33, SgdParams{0.05, 0.0, 0.0, 0.01, false, false});
-  sgd_case("sgd_update_momentum_dampening_wd_1031", 1031, SgdParams{0.1, 0.9, 0.1, 1e-2, false, false});
-  sgd_case("sgd_update_nesterov_257", 257, SgdParams{0.1, 0.9, 0.0, 5e-4, true, false});
-  sgd_case("sgd_update_first_step_7", 7, SgdParams{0.1, 0.9, 0.5, 1e-2, false, true});
-  sgd_case("sgd_update_first_step_nesterov_4099", 4099, SgdParams{0.2, 0.8, 0.0, 0.0, true, true});
+  sgd_case("sgd_update_plain_257", 257, SgdParams{0.1, 0.0, 0.0, 0.0, false, false, {}});
+  sgd_case("sgd_update_weight_decay_no_momentum_33", 33, SgdParams{0.05, 0.0, 0.0, 0.01, false, false, {}});
+  sgd_case("sgd_update_momentum_dampening_wd_1031", 1031, SgdParams{0.1, 0.9, 0.1, 1e-2, false, false, {}});
+  sgd_case("sgd_update_nesterov_257", 257, SgdParams{0.1, 0.9, 0.0, 5e-4, true, false, {}});
+  sgd_case("sgd_update_first_step_7", 7, SgdParams{0.1, 0.9, 0.5, 1e-2, false, true, {}});
+  sgd_case("sgd_update_first_step_nesterov_4099", 4099, SgdParams{0.2, 0.8, 0.0, 0.0, true, true, {}});
 
   // ---- adamw_update / lamb_direction: param, grad, exp_avg, exp_avg_sq ----
   auto adam_inputs = [](int64_t n) {
@@ -90,9 +90,9 @@ std::vector<OpCase> optimizer_cases() {
                      },
                      false});
   };
-  lars_case("lars_update_lr_inside_257", 257, LarsParams{0.1, 0.9, 5e-4, 0.37, false, {}, 0});
-  lars_case("lars_update_lr_outside_1031", 1031, LarsParams{0.2, 0.9, 1e-4, 1.7, true, {}, 0});
-  lars_case("lars_update_no_momentum_33", 33, LarsParams{0.05, 0.0, 0.0, 0.5, false, {}, 0});
+  lars_case("lars_update_lr_inside_257", 257, LarsParams{0.1, 0.9, 5e-4, 0.37, false, {}, 0, {}});
+  lars_case("lars_update_lr_outside_1031", 1031, LarsParams{0.2, 0.9, 1e-4, 1.7, true, {}, 0, {}});
+  lars_case("lars_update_no_momentum_33", 33, LarsParams{0.05, 0.0, 0.0, 0.5, false, {}, 0, {}});
 
   // ---- lars_trust_ratios + lars_update reading its ratio on the device (LARS::step's path):
   // parameters a and b with their gradients; b's gradient zeroed gives the ratio 1 ----
@@ -107,7 +107,7 @@ std::vector<OpCase> optimizer_cases() {
                      Tensor ratios = Tensor::empty({2}, kFloat64, v[0].device());
                      be.lars_trust_ratios(sq, 5e-4, 0.02, 1e-9, ratios);
                      for (int k = 0; k < 2; ++k) {
-                       LarsParams p{0.1, 0.9, 5e-4, 1.0, k == 1, ratios, k};
+                       LarsParams p{0.1, 0.9, 5e-4, 1.0, k == 1, ratios, k, {}};
                        be.lars_update(v[3 * k], v[3 * k + 1], v[3 * k + 2], p);
                      }
                      return V{ratios, v[0], v[2], v[3], v[5]};
@@ -153,6 +153,91 @@ std::vector<OpCase> optimizer_cases() {
   };
   amp_case("amp_unscale_finite_then_grow_scale", false);
   amp_case("amp_unscale_with_inf_then_back_off", true);
+
+  // ---- Device-controlled updates (NOTE [ Device-resident optimiser step ]): SGD's first step
+  // decided by a zero step count, AdamW's bias correction from a count of 4, LARS and both others
+  // taking lr · lr_scale from the device; then a second round with found_inf set, which must
+  // leave every buffer as it was; the counters advanced by count_steps after each round ----
+  cases.push_back({"device_controlled_updates_then_skipped",
+                   {Kernel::SgdUpdate, Kernel::AdamwUpdate, Kernel::LarsUpdate, Kernel::CountSteps},
+                   {buffer("sgd_param", 257), buffer("sgd_grad", 257), buffer("adam_param", 1031),
+                    buffer("adam_grad", 1031), buffer("exp_avg", 1031, -0.1, 0.1), buffer("exp_avg_sq", 1031, 1e-4, 1e-2),
+                    buffer("lars_param", 33), buffer("lars_grad", 33), buffer("lars_buf", 33)},
+                   [](const V& v) {
+                     const Device d = v[0].device();
+                     Backend& be = d.backend();
+                     Tensor sgd_buf = Tensor::empty(v[0].shape(), v[0].dtype(), d).fill_(0.0);
+                     Tensor sgd_count = scalar_tensor(0, kInt64, d), adam_count = scalar_tensor(4, kInt64, d);
+                     Tensor lr = scalar_tensor(0.05, kFloat64, d), found = scalar_tensor(0, kFloat32, d);
+                     V outputs;
+                     for (int round = 0; round < 2; ++round) {
+                       if (round == 1) found.fill_(1.0);
+                       StepControl c{found, lr, 2.0, sgd_count};
+                       be.sgd_update(v[0], v[1], sgd_buf, SgdParams{99.0, 0.9, 0.25, 1e-2, false, true, c});
+                       AdamParams ap;
+                       ap.lr = 99.0;  // replaced by the device lr
+                       ap.weight_decay = 0.01;
+                       ap.step = 99;  // replaced by the device count + 1
+                       ap.control = StepControl{found, lr, 0.5, adam_count};
+                       be.adamw_update(v[2], v[3], v[4], v[5], ap);
+                       be.lars_update(v[6], v[7], v[8], LarsParams{99.0, 0.9, 5e-4, 0.37, false, {}, 0, {found, lr, 3.0, {}}});
+                       be.count_steps({sgd_count, adam_count}, found, StepCounting::IfApplied);
+                       for (const Tensor& t : {v[0], sgd_buf, v[2], v[4], v[5], v[6], v[8]}) outputs.push_back(t.clone());
+                       outputs.push_back(sgd_count.to(kFloat64));
+                       outputs.push_back(adam_count.to(kFloat64));
+                     }
+                     return outputs;
+                   },
+                   false});
+
+  // ---- count_steps' four rules over two verdicts; lr_lookup inside and past its table ----
+  cases.push_back({"count_steps_rules_and_lr_lookup", {Kernel::CountSteps, Kernel::LrLookup},
+                   {InputSpec("table", {5}).float64().range(0.0, 1.0).no_grad()},
+                   [](const V& v) {
+                     const Device d = v[0].device();
+                     Backend& be = d.backend();
+                     V out;
+                     for (float verdict : {0.0f, 1.0f}) {
+                       Tensor found = scalar_tensor(verdict, kFloat32, d);
+                       for (StepCounting how : {StepCounting::IfApplied, StepCounting::IfSkipped, StepCounting::SkipRun,
+                                                StepCounting::Always}) {
+                         Tensor c = scalar_tensor(3, kInt64, d);
+                         be.count_steps({c}, found, how);
+                         out.push_back(c.to(kFloat64));
+                       }
+                     }
+                     const Tensor table = v[0].to(kFloat64).contiguous();
+                     for (int64_t step : {0, 3, 4, 9}) {
+                       Tensor clock = scalar_tensor(static_cast<double>(step), kInt64, d);
+                       Tensor lr = scalar_tensor(-1, kFloat64, d);
+                       be.lr_lookup(table, clock, lr);
+                       out.push_back(lr);
+                     }
+                     return out;
+                   },
+                   false});
+
+  // ---- clip_coefficient + scale_by (clip_grad_norm_on_device_): a norm above max_norm scales
+  // the gradients; an inf leaves them and sets found_inf ----
+  auto clip_case = [&](const std::string& name, bool with_inf) {
+    cases.push_back({name, {Kernel::SquaredNorms, Kernel::ClipCoefficient, Kernel::ScaleBy},
+                     {buffer("grad_a", 257, -3, 3), buffer("grad_b", 1031, -3, 3)},
+                     [with_inf](const V& v) {
+                       const Device d = v[0].device();
+                       Backend& be = d.backend();
+                       if (with_inf) Tensor(v[1]).narrow(0, 7, 1).fill_(std::numeric_limits<double>::infinity());
+                       Tensor sq = Tensor::empty({2}, kFloat64, d);
+                       be.squared_norms(v, sq);
+                       Tensor found = scalar_tensor(0, kFloat32, d);
+                       Tensor out = Tensor::empty({2}, kFloat64, d);
+                       be.clip_coefficient(sq, 1.5, found, out);
+                       be.scale_by(v, out.narrow(0, 1, 1));
+                       return with_inf ? V{v[0], found, out.narrow(0, 1, 1)} : V{v[0], v[1], found, out};
+                     },
+                     false});
+  };
+  clip_case("clip_coefficient_scales_gradients", false);
+  clip_case("clip_coefficient_with_inf_sets_found_inf", true);
   return cases;
 }
 
