@@ -446,7 +446,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // NOTE [ Divergence checks ]: the skipped-step run is read when it could first have reached
   // run.max_skipped_steps, so the run is caught at exactly that length.
   int64_t next_skip_check = config.run.max_skipped_steps;
-  int64_t skipped_at_window_start = 0, skipped_reported = 0;
+  int64_t skipped_at_last_report = 0;  // the window's skips are those since then
   for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
     train_loader->begin_epoch(epoch - 1);
     profiler.reset();
@@ -542,11 +542,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         s.samples_per_second = static_cast<double>(window_samples * world_size) / seconds_since(window_start);
         s.lr = clock.lr();  // this step's lr (a host read, with the loss's)
         const int64_t skipped_now = scaler.skipped_steps();
-        const int64_t window_skipped = skipped_now - skipped_at_window_start;
-        if (!scaler.enabled() && skipped_now > skipped_reported)  // under loss scaling skips are routine
-          console.line(std::to_string(skipped_now - skipped_reported) + " optimiser step(s) skipped up to step " +
+        const int64_t window_skipped = skipped_now - skipped_at_last_report;
+        if (!scaler.enabled() && window_skipped > 0)  // under loss scaling skips are routine
+          console.line(std::to_string(window_skipped) + " optimiser step(s) skipped up to step " +
                        std::to_string(step) + ": the gradient norm was not finite");
-        skipped_reported = skipped_now;
         console.step(s);
         if (metrics && (step_in_epoch % config.run.log_every == 0 || stop)) {
           nlohmann::json phases;
@@ -567,7 +566,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         window_synced = 0;
         window_loss = zeros({}, kFloat32, device);
         window_steps = window_samples = 0;
-        skipped_at_window_start = skipped_now;
+        skipped_at_last_report = skipped_now;
         window_start = Clock::now();
       }
       if ((stop_signal = stop_vote.after_step())) break;
