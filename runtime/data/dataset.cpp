@@ -58,7 +58,8 @@ Batch ImageClassificationDataset::allocate_batch(int64_t capacity, Device device
   return Batch{Tensor::empty(images_shape, kFloat32, device), Tensor::empty({capacity}, kInt64, device)};
 }
 
-void ImageClassificationDataset::fill_batch(std::span<const int64_t> indices, const Batch& out) const {
+void ImageClassificationDataset::fill_batch(std::span<const int64_t> indices, int64_t /*epoch*/,
+                                            const Batch& out) const {
   // out.images float32 [B, C, H, W], out.labels int64 [B]
   const int64_t batch = static_cast<int64_t>(indices.size());
   Shape images_shape{batch};

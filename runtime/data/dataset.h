@@ -15,7 +15,7 @@ namespace dp {
 
 // One batch of samples; the leading dimension of every tensor is the batch.
 struct Batch {
-  Tensor images;  // float32 [B, C, H, W]
+  Tensor images;  // float32 [B, C, H, W], or uint8 [B, H, W, C] (ClassificationDataset::model_input)
   Tensor labels;  // int64 [B]
 
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
@@ -32,9 +32,28 @@ class Dataset {
   virtual int64_t size() const = 0;
   // Buffers for up to `capacity` samples on `device` (a CPU device), allocated once by the loader.
   virtual Batch allocate_batch(int64_t capacity, Device device) const = 0;
-  // Writes samples indices[0, B) into `out`, whose tensors have leading dimension B.
-  // Called concurrently from loader threads on distinct buffers: must only read the dataset.
-  virtual void fill_batch(std::span<const int64_t> indices, const Batch& out) const = 0;
+  // Writes samples indices[0, B) into `out`, whose tensors have leading dimension B. `epoch`
+  // (0-based) seeds random augmentation together with the run's seed and each sample's index,
+  // so a sample looks the same whichever thread or rank loads it.
+  // Called concurrently from loader threads on distinct buffers: must only read the dataset
+  // (counters of skipped files excepted, which are atomic).
+  virtual void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const = 0;
+};
+
+// Samples of images with one class each: what the trainer needs beyond Dataset.
+class ClassificationDataset : public Dataset {
+ public:
+  virtual int64_t num_classes() const = 0;
+  // Names the data in messages ("Fashion-MNIST train split in /usr/share/...").
+  virtual const std::string& description() const = 0;
+  // The model's input per sample, [C, H, W].
+  virtual Shape input_shape() const = 0;
+  // Bytes one sample takes in a batch buffer (memory planning).
+  virtual int64_t sample_bytes() const = 0;
+  // The model's float32 [B, C, H, W] input from a batch's `images` on the training device: the
+  // images themselves where the dataset normalised while loading, else a cast and normalisation
+  // run on the device (the batch crossed to it as uint8, a quarter of the bytes).
+  virtual Tensor model_input(const Tensor& images) const { return images; }
 };
 
 // Applied to pixels scaled to [0, 1]: (x / 255 - mean) / std.
@@ -44,7 +63,7 @@ struct Normalization {
 };
 
 // uint8 images and integer class labels held in memory; batches are normalised float32.
-class ImageClassificationDataset : public Dataset {
+class ImageClassificationDataset : public ClassificationDataset {
  public:
   // pixels: N images of image_shape {C, H, W}, row-major; labels: N values in [0, num_classes).
   // `description` names the data in error messages (e.g. "Fashion-MNIST train split in /path").
@@ -53,13 +72,16 @@ class ImageClassificationDataset : public Dataset {
 
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
   Batch allocate_batch(int64_t capacity, Device device) const override;
-  // out.images float32 [B, C, H, W] contiguous, out.labels int64 [B] contiguous.
-  void fill_batch(std::span<const int64_t> indices, const Batch& out) const override;
+  // out.images float32 [B, C, H, W] contiguous, out.labels int64 [B] contiguous (no augmentation:
+  // the epoch is not used).
+  void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const override;
 
   const Shape& image_shape() const { return image_shape_; }
-  int64_t num_classes() const { return num_classes_; }
+  Shape input_shape() const override { return image_shape_; }
+  int64_t sample_bytes() const override { return image_numel_ * 4 + 8; }
+  int64_t num_classes() const override { return num_classes_; }
   const Normalization& normalization() const { return normalization_; }
-  const std::string& description() const { return description_; }
+  const std::string& description() const override { return description_; }
   std::span<const uint8_t> image(int64_t index) const;  // C*H*W raw pixels
   int64_t label(int64_t index) const;
   std::span<const int64_t> labels() const { return labels_; }

@@ -68,7 +68,7 @@ class LoaderState {
       const std::span<const int64_t> indices = plan.batch(batch);
       const int64_t size = static_cast<int64_t>(indices.size());
       if (slot.current.size() != size) slot.current = size == capacity ? slot.buffers : slot.buffers.prefix(size);
-      dataset.fill_batch(indices, slot.current);
+      dataset.fill_batch(indices, epoch, slot.current);
       slot.current.mark_rewritten();
       slot.error = nullptr;
     } catch (const std::exception& e) {

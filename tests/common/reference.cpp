@@ -25,7 +25,8 @@ Tensor Fixture::tensor(const std::string& name, Device device) const {
   if (e.dtype == "F64") dtype = kFloat64;
   else if (e.dtype == "F32") dtype = kFloat32;
   else if (e.dtype == "I64") dtype = kInt64;
-  else throw Error(detail::concat(path_, ": entry '", name, "' has dtype ", e.dtype, ", not F64, F32 or I64"));
+  else if (e.dtype == "U8") dtype = kUInt8;
+  else throw Error(detail::concat(path_, ": entry '", name, "' has dtype ", e.dtype, ", not F64, F32, I64 or U8"));
   return from_host(e.data.data(), Shape(e.shape.begin(), e.shape.end()), dtype, device);
 }
 

@@ -19,7 +19,7 @@ class Fixture {
   // Reads tests/fixtures/<name>.safetensors of this source tree; throws dp::Error when missing
   // or malformed.
   explicit Fixture(const std::string& name);
-  // An F64, F32 or I64 entry as a contiguous tensor of the same dtype on `device`.
+  // An F64, F32, I64 or U8 entry as a contiguous tensor of the same dtype on `device`.
   Tensor tensor(const std::string& name, Device device) const;
   // A __metadata__ value (options such as "eps"), or an error listing the file.
   const std::string& option(const std::string& key) const;

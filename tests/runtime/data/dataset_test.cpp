@@ -47,7 +47,7 @@ TEST_F(ImageDatasetTest, FillsNormalisedBatchInGivenOrder) {
   const std::vector<int64_t> indices{5, 0, 2};
   const Batch batch = buffers.prefix(3);
   const void* base = buffers.images.raw_data();
-  data.fill_batch(indices, batch);
+  data.fill_batch(indices, 0, batch);
   EXPECT_EQ(batch.images.raw_data(), base);  // written in place
   const std::vector<float> images = batch.images.to_vector<float>();
   for (size_t b = 0; b < indices.size(); ++b) {
@@ -62,12 +62,12 @@ TEST_F(ImageDatasetTest, FillsNormalisedBatchInGivenOrder) {
 TEST_F(ImageDatasetTest, RejectsBadIndexAndBuffers) {
   const ImageClassificationDataset data = make(4, {});
   const Batch buffers = data.allocate_batch(2, cpu);
-  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 4}, buffers), Error);
-  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0}, buffers), Error);  // buffers hold 2, not 1
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 4}, 0, buffers), Error);
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0}, 0, buffers), Error);  // buffers hold 2, not 1
   const Batch wrong{Tensor::empty({2, 6}, kFloat32, cpu), buffers.labels};
-  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 1}, wrong), Error);
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 1}, 0, wrong), Error);
   try {
-    data.fill_batch(std::vector<int64_t>{-1, 0}, buffers);
+    data.fill_batch(std::vector<int64_t>{-1, 0}, 0, buffers);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("toy: sample index -1 is outside [0, 4)"), std::string::npos) << e.what();

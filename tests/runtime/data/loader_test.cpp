@@ -37,13 +37,13 @@ class InstrumentedDataset final : public Dataset {
   Batch allocate_batch(int64_t capacity, Device device) const override {
     return inner_.allocate_batch(capacity, device);
   }
-  void fill_batch(std::span<const int64_t> indices, const Batch& out) const override {
+  void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const override {
     if (GradMode::enabled()) grad_mode_seen.store(true);
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     for (int64_t index : indices) {
       if (index == failing_sample.load()) throw Error("cannot decode sample " + std::to_string(index));
     }
-    inner_.fill_batch(indices, out);
+    inner_.fill_batch(indices, epoch, out);
   }
 
   std::atomic<int64_t> failing_sample{-1};

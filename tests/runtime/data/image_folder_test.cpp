@@ -1,0 +1,266 @@
+// ImageFolder: torchvision's class order and sample order, the train and eval transforms on real
+// JPEG files (eval equal to torchvision + PIL), augmentation that depends only on (seed, epoch,
+// index), the normalisation on the device, every kind of bad input, and SyntheticImages.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/reference.h"
+#include "common/run_program.h"
+#include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/data/image_folder.h"
+#include "runtime/data/jpeg.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/sampler.h"
+
+namespace dp {
+namespace {
+
+namespace fs = std::filesystem;
+
+RgbImage pattern(int width, int height, int seed) {
+  RgbImage image{width, height, std::vector<uint8_t>(static_cast<size_t>(width) * height * 3)};
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < 3; ++c)
+        image.pixels[(static_cast<size_t>(y) * width + x) * 3 + c] =
+            static_cast<uint8_t>((x * (c + 1) * 3 + y * 5 + seed * 40 + ((x / 6 + y / 6) % 2) * 60) % 256);
+  return image;
+}
+
+void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
+void write_jpeg(const fs::path& path, int width, int height, int seed) {
+  write_bytes(path, encode_jpeg(pattern(width, height, seed), 90));
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ImageTransformOptions small_transform(bool train) {
+  ImageTransformOptions t;
+  t.train = train;
+  t.crop_size = 24;
+  t.eval_resize_size = 40;
+  t.eval_crop_size = 32;
+  t.seed = 5;
+  return t;
+}
+
+class ImageFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { root = testing::make_test_dir("image_folder"); }
+  void TearDown() override { fs::remove_all(root); }
+
+  std::vector<uint8_t> load(const ImageFolder& data, int64_t index, int64_t epoch) {
+    const int s = data.transform().output_size();
+    std::vector<uint8_t> out(static_cast<size_t>(s) * s * 3);
+    data.load(index, epoch, out.data());
+    return out;
+  }
+
+  CpuBackend backend{2};
+  Device cpu{&backend};
+  fs::path root;
+};
+
+TEST_F(ImageFolderTest, ClassesAndSamplesInTorchvisionsOrder) {
+  // Python's sorted(): bytes, so upper case first and "a10" before "a2".
+  for (const char* name : {"b", "a10", "B", "a2", "a"}) write_jpeg(root / "train" / name / "x.JPEG", 40, 30, 1);
+  write_jpeg(root / "train" / "a" / "c.jpg", 40, 30, 2);
+  write_jpeg(root / "train" / "a" / "sub" / "a.jpeg", 40, 30, 3);  // a subfolder's files come after the folder's
+  std::ofstream(root / "train" / "a" / "notes.txt") << "not an image";
+  const ImageFolder data((root / "train").string(), small_transform(true));
+  EXPECT_EQ(data.classes(), (std::vector<std::string>{"B", "a", "a10", "a2", "b"}));
+  ASSERT_EQ(data.size(), 7);
+  const std::string a = (root / "train" / "a").string();
+  EXPECT_EQ(data.path(1), a + "/c.jpg");
+  EXPECT_EQ(data.path(2), a + "/x.JPEG");
+  EXPECT_EQ(data.path(3), a + "/sub/a.jpeg");
+  const std::vector<int64_t> labels = {0, 1, 1, 1, 2, 3, 4};
+  for (int64_t i = 0; i < data.size(); ++i) EXPECT_EQ(data.label(i), labels[i]) << i;
+  EXPECT_NE(data.description().find("5 classes, 7 images"), std::string::npos) << data.description();
+}
+
+TEST_F(ImageFolderTest, EvalTransformEqualsTorchvisionWithPil) {
+  // Resize(40) + CenterCrop(32) of a 64x48 JPEG, as torchvision computes it on PIL's decoding.
+  testing::Fixture fixture("image_transforms");
+  const Tensor jpeg = fixture.tensor("jpeg_rgb", cpu), expected = fixture.tensor("eval_jpeg_rgb", cpu);
+  write_bytes(root / "val" / "only" / "img.JPEG",
+              std::vector<uint8_t>(jpeg.data<uint8_t>(), jpeg.data<uint8_t>() + jpeg.numel()));
+  ImageTransformOptions t = small_transform(false);
+  t.dct_scaling = false;  // decode at full size, as PIL does
+  const ImageFolder data((root / "val").string(), t);
+  const std::vector<uint8_t> out = load(data, 0, 0);
+  ASSERT_EQ(static_cast<int64_t>(out.size()), expected.numel());
+  int worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - expected.data<uint8_t>()[i]));
+  EXPECT_EQ(worst, 0);
+  // With DCT-domain scaling the 64x48 file is decoded at 7/8 (56x42, still more than the 53x40
+  // the resize makes): the IDCT's own low-pass replaces part of the bilinear filter's, so the
+  // pixels move by a few grey levels on this high-contrast pattern, not more.
+  t.dct_scaling = true;
+  const ImageFolder scaled((root / "val").string(), t);
+  const std::vector<uint8_t> approx = load(scaled, 0, 0);
+  double total = 0;
+  for (size_t i = 0; i < out.size(); ++i) total += std::abs(approx[i] - out[i]);
+  EXPECT_NE(approx, out);
+  EXPECT_LT(total / static_cast<double>(out.size()), 3.0);
+}
+
+TEST_F(ImageFolderTest, TrainAugmentationDependsOnSeedEpochAndIndexOnly) {
+  for (int i = 0; i < 4; ++i) write_jpeg(root / "train" / ("c" + std::to_string(i % 2)) / (std::to_string(i) + ".jpg"), 90, 70, i);
+  const ImageFolder data((root / "train").string(), small_transform(true));
+  EXPECT_EQ(load(data, 2, 0), load(data, 2, 0));
+  EXPECT_NE(load(data, 2, 0), load(data, 2, 1));  // another epoch, another crop
+  ImageTransformOptions other_seed = small_transform(true);
+  other_seed.seed = 6;
+  const ImageFolder reseeded((root / "train").string(), other_seed);
+  EXPECT_NE(load(data, 2, 0), load(reseeded, 2, 0));
+  // Through the loader with 0, 1 and 3 threads: the same bytes in the same order.
+  std::vector<std::vector<uint8_t>> seen;
+  for (int threads : {0, 1, 3}) {
+    DataLoaderOptions o;
+    o.num_threads = threads;
+    o.prefetch = 2;
+    DataLoader loader(data,
+                      std::make_unique<FixedSizeBatchSampler>(std::make_unique<SequentialSampler>(data.size()), 3, false),
+                      cpu, o);
+    loader.begin_epoch(4);
+    std::vector<uint8_t> all;
+    while (std::optional<LoadedBatch> b = loader.next()) {
+      ASSERT_EQ(b->images.dtype(), kUInt8);
+      ASSERT_EQ(b->images.shape(), (Shape{b->size(), 24, 24, 3}));
+      all.insert(all.end(), b->images.data<uint8_t>(), b->images.data<uint8_t>() + b->images.numel());
+      const std::vector<int64_t> labels = b->labels.to_vector<int64_t>();
+      for (int64_t j = 0; j < b->size(); ++j) EXPECT_EQ(labels[j], data.label(b->index() * 3 + j));
+    }
+    seen.push_back(all);
+  }
+  EXPECT_EQ(seen[0], seen[1]);
+  EXPECT_EQ(seen[0], seen[2]);
+  std::vector<uint8_t> direct;
+  for (int64_t i = 0; i < data.size(); ++i) {
+    const std::vector<uint8_t> one = load(data, i, 4);
+    direct.insert(direct.end(), one.begin(), one.end());
+  }
+  EXPECT_EQ(seen[0], direct);
+}
+
+TEST_F(ImageFolderTest, ModelInputIsNormalisedFloatNchw) {
+  write_jpeg(root / "train" / "k" / "a.jpg", 30, 30, 0);
+  ImageTransformOptions t = small_transform(true);
+  t.mean = {0.5, 0.25, 0.125};
+  t.std = {0.5, 0.25, 2.0};
+  const ImageFolder data((root / "train").string(), t);
+  Batch batch = data.allocate_batch(2, cpu);
+  uint8_t* p = batch.images.data<uint8_t>();
+  for (int64_t i = 0; i < batch.images.numel(); ++i) p[i] = static_cast<uint8_t>(i * 37 % 256);
+  const Tensor x = data.model_input(batch.images);
+  ASSERT_EQ(x.dtype(), kFloat32);
+  ASSERT_EQ(x.shape(), (Shape{2, 3, 24, 24}));
+  const std::vector<float> v = x.contiguous().to_vector<float>();
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < 24; y += 5)
+        for (int64_t xx = 0; xx < 24; xx += 3) {
+          const uint8_t byte = p[((n * 24 + y) * 24 + xx) * 3 + c];
+          const double expected = (byte / 255.0 - t.mean[c]) / t.std[c];
+          ASSERT_NEAR(v[((n * 3 + c) * 24 + y) * 24 + xx], expected, 1e-5) << n << c << y << xx;
+        }
+  EXPECT_THROW(data.model_input(x), Error);  // float input: not a uint8 batch
+}
+
+TEST_F(ImageFolderTest, MissingEmptyAndMismatchedFoldersAreClearErrors) {
+  EXPECT_NE(error_of([&] { ImageFolder((root / "nope").string(), small_transform(true)); }).find("does not exist"),
+            std::string::npos);
+  fs::create_directories(root / "empty");
+  EXPECT_NE(error_of([&] { ImageFolder((root / "empty").string(), small_transform(true)); }).find("no class folders"),
+            std::string::npos);
+  write_jpeg(root / "train" / "cat" / "1.jpg", 30, 30, 0);
+  fs::create_directories(root / "train" / "dog");
+  const std::string no_images = error_of([&] { ImageFolder((root / "train").string(), small_transform(true)); });
+  EXPECT_NE(no_images.find("dog has no .jpg/.jpeg files"), std::string::npos) << no_images;
+  write_jpeg(root / "train" / "dog" / "1.jpg", 30, 30, 0);
+  write_jpeg(root / "val" / "cat" / "1.jpg", 30, 30, 0);
+  write_jpeg(root / "val" / "cow" / "1.jpg", 30, 30, 0);
+  const ImageFolder train((root / "train").string(), small_transform(true));
+  const std::string mismatch =
+      error_of([&] { ImageFolder((root / "val").string(), small_transform(false), false, train.classes()); });
+  EXPECT_NE(mismatch.find("class 1 is 'cow' here but 'dog' in training"), std::string::npos) << mismatch;
+}
+
+TEST_F(ImageFolderTest, BadFilesNameTheFileOrAreSkippedAndCounted) {
+  write_jpeg(root / "train" / "a" / "0.jpg", 50, 40, 0);
+  const std::vector<uint8_t> good = encode_jpeg(pattern(50, 40, 1), 90);
+  write_bytes(root / "train" / "a" / "1_truncated.jpg", std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2));
+  write_bytes(root / "train" / "a" / "2_png.JPEG", {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13});
+  fs::create_symlink(root / "gone.jpg", root / "train" / "a" / "3_unreadable.jpg");
+  write_bytes(root / "train" / "a" / "4_empty.jpg", {});
+  write_jpeg(root / "train" / "b" / "5.jpg", 50, 40, 2);
+  const ImageFolder strict((root / "train").string(), small_transform(true));
+  ASSERT_EQ(strict.size(), 6);
+  std::vector<uint8_t> out(24 * 24 * 3);
+  const std::vector<std::pair<int64_t, std::string>> cases = {
+      {1, "truncated"}, {2, "PNG"}, {3, "cannot open"}, {4, "empty"}};
+  for (const auto& [index, reason] : cases) {
+    const std::string e = error_of([&] { strict.load(index, 0, out.data()); });
+    EXPECT_NE(e.find(strict.path(index)), std::string::npos) << e;
+    EXPECT_NE(e.find(reason), std::string::npos) << e;
+  }
+  // Through a batch: the loader's error names the file too.
+  Batch batch = strict.allocate_batch(2, cpu);
+  const std::string e = error_of([&] { strict.fill_batch(std::vector<int64_t>{0, 2}, 0, batch); });
+  EXPECT_NE(e.find("2_png.JPEG"), std::string::npos) << e;
+
+  // skip_bad_files: each bad sample becomes the next readable one (here all become sample 5),
+  // and each bad file is counted once however often it is met.
+  const ImageFolder lenient((root / "train").string(), small_transform(true), /*skip_bad_files=*/true);
+  Batch four = lenient.allocate_batch(4, cpu);
+  lenient.fill_batch(std::vector<int64_t>{1, 2, 3, 4}, 0, four);
+  EXPECT_EQ(four.labels.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1, 1}));
+  lenient.fill_batch(std::vector<int64_t>{4, 3, 0, 1}, 1, four);
+  EXPECT_EQ(four.labels.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 1}));
+  EXPECT_EQ(lenient.skipped_files(), 4);
+  EXPECT_NE(lenient.first_skipped().find("1_truncated.jpg"), std::string::npos) << lenient.first_skipped();
+}
+
+TEST_F(ImageFolderTest, OtherImageFormatsAreRefusedUnlessSkipping) {
+  write_jpeg(root / "train" / "a" / "0.jpg", 30, 30, 0);
+  write_bytes(root / "train" / "a" / "1.png", {0x89, 'P', 'N', 'G'});
+  const std::string e = error_of([&] { ImageFolder((root / "train").string(), small_transform(true)); });
+  EXPECT_NE(e.find("1 image file(s) are not JPEG"), std::string::npos) << e;
+  EXPECT_NE(e.find("1.png"), std::string::npos) << e;
+  const ImageFolder lenient((root / "train").string(), small_transform(true), true);
+  EXPECT_EQ(lenient.size(), 1);
+  EXPECT_EQ(lenient.ignored_files(), 1);
+}
+
+TEST(SyntheticImagesTest, DeterministicImagesAndLabelsInRange) {
+  CpuBackend backend(1);
+  Device cpu(&backend);
+  ImageTransformOptions t;
+  t.crop_size = 16;
+  const SyntheticImages data(100, 7, t);
+  Batch a = data.allocate_batch(5, cpu), b = data.allocate_batch(5, cpu);
+  data.fill_batch(std::vector<int64_t>{0, 1, 2, 3, 99}, 0, a);
+  data.fill_batch(std::vector<int64_t>{0, 1, 2, 3, 99}, 3, b);
+  EXPECT_EQ(a.images.to_vector<uint8_t>(), b.images.to_vector<uint8_t>());
+  EXPECT_EQ(a.labels.to_vector<int64_t>(), b.labels.to_vector<int64_t>());
+  for (int64_t label : a.labels.to_vector<int64_t>()) EXPECT_TRUE(label >= 0 && label < 7);
+  EXPECT_NE(a.images.narrow(0, 0, 1).to_vector<uint8_t>(), a.images.narrow(0, 1, 1).to_vector<uint8_t>());
+  EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 1, 2, 3, 100}, 0, a), Error);
+}
+
+}  // namespace
+}  // namespace dp
