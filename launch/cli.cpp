@@ -6,19 +6,32 @@ namespace dp {
 
 std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
   CliArgs args;
+  CheckMllogArgs check;
   CLI::App app{"dptrain: data-parallel deep-learning training", "dptrain"};
   app.set_version_flag("--version", "dptrain 0.1.0");
-  app.add_option("-c,--config", args.config_path, "YAML recipe, e.g. configs/fashion_mnist.yaml")->required();
-  app.add_option("--set", args.overrides,
-                 "Override a config value: section.key=value (repeatable), e.g. --set optimizer.lr=0.1")
-      ->take_all()
-      ->allow_extra_args(false);
-  app.add_flag("--print-config", args.print_config, "Print the resolved configuration and exit");
+  // Required unless a subcommand runs instead (checked after parsing).
+  CLI::Option* config = app.add_option("-c,--config", args.config_path, "YAML recipe, e.g. configs/fashion_mnist.yaml");
+  CLI::Option* set =
+      app.add_option("--set", args.overrides,
+                     "Override a config value: section.key=value (repeatable), e.g. --set optimizer.lr=0.1")
+          ->take_all()
+          ->allow_extra_args(false);
+  CLI::Option* print = app.add_flag("--print-config", args.print_config, "Print the resolved configuration and exit");
+  CLI::App* check_app = app.add_subcommand("check-mllog", "Check an MLPerf :::MLLOG file against the benchmark's "
+                                                           "rules (exit 0 compliant, 1 not, 2 unreadable)");
+  check_app->add_option("file", check.path, "The log to check")->required();
+  check_app->add_option("--benchmark", check.benchmark, "Rule set: resnet (4.0.0) or bert (5.0.0)")
+      ->required()
+      ->check(CLI::IsMember({"resnet", "bert"}));
+  check_app->excludes(config)->excludes(set)->excludes(print);
   try {
     app.parse(argc, argv);
+    if (!check_app->parsed() && args.config_path.empty()) throw CLI::RequiredError(config->get_name());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // prints help/version (exit 0) or the error with a usage hint (non-zero)
+    const int code = app.exit(e);  // prints help/version (exit 0) or the error with a usage hint (non-zero)
+    return code != 0 && check_app->parsed() ? 2 : code;
   }
+  if (check_app->parsed()) args.check_mllog = check;
   return args;
 }
 

@@ -1,20 +1,30 @@
 // Command line of the dptrain program.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace dp {
 
+// `dptrain check-mllog FILE --benchmark resnet|bert`: checks an MLLOG file against the MLPerf
+// rules (launch/mllog_checker.h) and exits; no config is loaded and MPI is not started.
+struct CheckMllogArgs {
+  std::string path;
+  std::string benchmark;
+};
+
 struct CliArgs {
   std::string config_path;
   std::vector<std::string> overrides;  // "section.key=value"
   bool print_config = false;           // print the resolved config and exit
+  std::optional<CheckMllogArgs> check_mllog;  // set: run the check instead of training
 };
 
 // Parses argv. Returns the arguments, or the exit code when the program should stop now
-// (--help/--version: 0, after printing; a usage error: non-zero, after printing the message).
+// (--help/--version: 0, after printing; a usage error: non-zero, after printing the message; a
+// usage error of check-mllog: 2, its documented status).
 std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv);
 
 }  // namespace dp

@@ -1,6 +1,7 @@
 // dptrain: train a model from a YAML recipe, on one process or data-parallel over many.
 //   dptrain --config configs/fashion_mnist.yaml [--set section.key=value ...] [--print-config]
 //   mpirun -np 4 dptrain --config ...      srun -n 4 dptrain --config ...   (Slurm with PMIx)
+//   dptrain check-mllog FILE --benchmark resnet|bert     (MLPerf log compliance, docs/mllog.md)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "launch/config.h"
 #include "launch/console.h"
 #include "launch/metrics_log.h"
+#include "launch/mllog_checker.h"
 #include "launch/stop_signals.h"
 #include "launch/trainer.h"
 #include "runtime/core/error.h"
@@ -54,6 +56,9 @@ int main(int argc, char** argv) {
   std::variant<dp::CliArgs, int> parsed = dp::parse_cli(argc, argv);
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   const dp::CliArgs& args = std::get<dp::CliArgs>(parsed);
+  // A file check: no config, no MPI.
+  if (const auto& check = args.check_mllog)
+    return dp::run_check_mllog(check->path, dp::parse_mllog_benchmark(check->benchmark), stdout, stderr);
   int rank = 0, world_size = 1;
   // Outside the try: on an error the catch must run before the group's destructor, which would
   // wait for collectives the other ranks may never join.

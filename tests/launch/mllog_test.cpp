@@ -1,0 +1,256 @@
+// The MLLOG writer: the exact line format, flushing, and the hyperparameter records a Config gives.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/expect_error.h"
+#include "common/run_program.h"
+#include "launch/config.h"
+#include "launch/mllog.h"
+
+namespace dp {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(MllogWriter, LineFormatAndKeyOrder) {
+  EXPECT_EQ(mllog_line(1700000000123, "POINT_IN_TIME", "eval_accuracy", 0.7612, "trainer.cpp", 412,
+                       {{"epoch_num", 36}}),
+            R"(:::MLLOG {"namespace": "", "time_ms": 1700000000123, "event_type": "POINT_IN_TIME", )"
+            R"("key": "eval_accuracy", "value": 0.7612, )"
+            R"("metadata": {"file": "trainer.cpp", "lineno": 412, "epoch_num": 36}})");
+  // Metadata keeps the caller's order (not sorted), after file and lineno.
+  EXPECT_EQ(mllog_line(5, "INTERVAL_START", "block_start", nullptr, "t.cpp", 1,
+                       {{"first_epoch_num", 1}, {"epoch_count", 4}}),
+            R"(:::MLLOG {"namespace": "", "time_ms": 5, "event_type": "INTERVAL_START", "key": "block_start", )"
+            R"("value": null, "metadata": {"file": "t.cpp", "lineno": 1, "first_epoch_num": 1, "epoch_count": 4}})");
+}
+
+TEST(MllogWriter, EveryValueType) {
+  auto value_of = [](const MlValue& v) {
+    const std::string line = mllog_line(0, "POINT_IN_TIME", "k", v, "f", 0, {});
+    const size_t at = line.find("\"value\": ");
+    return line.substr(at + 9, line.find(", \"metadata\"") - at - 9);
+  };
+  EXPECT_EQ(value_of(nullptr), "null");
+  EXPECT_EQ(value_of(true), "true");
+  EXPECT_EQ(value_of(false), "false");
+  EXPECT_EQ(value_of(-3), "-3");
+  EXPECT_EQ(value_of(int64_t{1} << 40), "1099511627776");
+  EXPECT_EQ(value_of(uint64_t{18446744073709551615u}), "18446744073709551615");  // a 64-bit seed
+  EXPECT_EQ(value_of(2.0), "2.0");  // a float stays a float, as Python prints it
+  EXPECT_EQ(value_of(1e-4), "0.0001");
+  EXPECT_EQ(value_of(5e-05), "5e-05");
+  EXPECT_EQ(value_of("closed"), R"("closed")");
+  // Separators are spaced outside strings only; a string's own commas, colons and quotes stay.
+  EXPECT_EQ(value_of(std::string("a,b: \"c\"\\")), R"("a,b: \"c\"\\")");
+}
+
+TEST(MllogWriter, WritesEachLineAtOnceWithTheInjectedClock) {
+  const fs::path dir = testing::make_test_dir("mllog");
+  int64_t now = 1700000000000;
+  {
+    MlLogger log((dir / "sub" / "mllog.txt").string(), [&] { return now; });
+    ASSERT_TRUE(log.enabled());
+    EXPECT_TRUE(log.kept_previous().empty());
+    const int line = __LINE__ + 1;
+    log.start("init_start");
+    now += 250;
+    log.event("seed", 7);
+    now += 1;
+    log.end("run_stop", nullptr, {{"status", "success"}});
+    // Flushed per record: all three lines are in the file while the logger is still open.
+    EXPECT_EQ(read_file(dir / "sub" / "mllog.txt"),
+              mllog_line(1700000000000, "INTERVAL_START", "init_start", nullptr, "mllog_test.cpp", line, {}) + "\n" +
+                  mllog_line(1700000000250, "POINT_IN_TIME", "seed", 7, "mllog_test.cpp", line + 2, {}) + "\n" +
+                  mllog_line(1700000000251, "INTERVAL_END", "run_stop", nullptr, "mllog_test.cpp", line + 4,
+                             {{"status", "success"}}) +
+                  "\n");
+  }
+  // A second run's logger keeps the first file under another name instead of appending to it.
+  MlLogger again((dir / "sub" / "mllog.txt").string(), [] { return int64_t{1}; });
+  ASSERT_FALSE(again.kept_previous().empty());
+  EXPECT_THAT(read_file(again.kept_previous()), HasSubstr("\"key\": \"run_stop\""));
+  EXPECT_EQ(read_file(dir / "sub" / "mllog.txt"), "");
+  fs::remove_all(dir);
+}
+
+TEST(MllogWriter, DisabledLoggerWritesNothing) {
+  MlLogger off;
+  EXPECT_FALSE(off.enabled());
+  off.start("init_start");  // no file, no error
+  off.event("eval_accuracy", 0.5, {{"epoch_num", 1}});
+  // Moving an enabled logger hands over its file.
+  const fs::path dir = testing::make_test_dir("mllog");
+  MlLogger on((dir / "m.txt").string(), [] { return int64_t{3}; });
+  off = std::move(on);
+  EXPECT_TRUE(off.enabled());
+  EXPECT_FALSE(on.enabled());  // the moved-from logger is disabled
+  off.event("cache_clear", true);
+  EXPECT_THAT(read_file(dir / "m.txt"), HasSubstr(R"("key": "cache_clear", "value": true)"));
+  fs::remove_all(dir);
+}
+
+TEST(MllogWriter, RefusesADirectoryAsTheFile) {
+  const fs::path dir = testing::make_test_dir("mllog");
+  EXPECT_ERROR_CONTAINS(MlLogger(dir.string()), "exists and is not a regular file");
+  fs::remove_all(dir);
+}
+
+// NVIDIA's 1xDGX H100 v4.0 recipe (MLPERF.md) in dptrain's keys.
+Config lars_config() {
+  return config_from_yaml_string(R"(
+run: {seed: 42, epochs: 37}
+data: {batch_size: 3200}
+optimizer: {name: lars, lr: 11.0, momentum: 0.9, weight_decay: 0.00005}
+schedule: {name: poly, warmup_epochs: 2, min_lr: 0.0001, power: 2}
+loss: {label_smoothing: 0.1}
+)",
+                                 "lars.yaml");
+}
+
+MlRunFacts imagenet_facts() {
+  MlRunFacts f;
+  f.steps_per_epoch = 401;  // ceil(1281167 / 3200)
+  f.per_rank_batch = 400;   // 8 ranks
+  f.train_samples = 1281167;
+  f.eval_samples = 50000;
+  return f;
+}
+
+TEST(MllogHyperparameters, ResnetLars) {
+  const std::vector<MlRecord> expected = {
+      {"seed", uint64_t{42}},
+      {"global_batch_size", int64_t{3200}},
+      {"train_samples", int64_t{1281167}},
+      {"eval_samples", int64_t{50000}},
+      {"gradient_accumulation_steps", int64_t{1}},
+      {"opt_name", "lars"},
+      {"lars_opt_base_learning_rate", 11.0},
+      {"lars_opt_end_learning_rate", 0.0001},
+      {"lars_opt_learning_rate_decay_poly_power", 2.0},
+      {"lars_opt_learning_rate_decay_steps", int64_t{37 * 401 - 802}},  // after the 2 warmup epochs
+      {"lars_opt_learning_rate_warmup_epochs", 2.0},
+      {"lars_opt_momentum", 0.9},
+      {"lars_opt_weight_decay", 0.00005},
+      {"lars_epsilon", 0.0},  // optimizer.eps's LARS default
+      {"model_bn_span", int64_t{400}},
+      {"label_smoothing", 0.1},
+  };
+  EXPECT_EQ(mllog_hyperparameters(MlBenchmark::kResnet, lars_config(), imagenet_facts()), expected);
+}
+
+TEST(MllogHyperparameters, ResnetSgd) {
+  const Config c = config_from_yaml_string(R"(
+run: {seed: 1, epochs: 41}
+data: {batch_size: 2048}
+optimizer: {name: sgd, lr: 8.5, momentum: 0.9, weight_decay: 0.0002}
+schedule: {name: poly, warmup_epochs: 5, min_lr: 0.0001, power: 2}
+)",
+                                           "sgd.yaml");
+  MlRunFacts f = imagenet_facts();
+  f.steps_per_epoch = 626;
+  f.per_rank_batch = 256;
+  const std::vector<MlRecord> expected = {
+      {"seed", uint64_t{1}},
+      {"global_batch_size", int64_t{2048}},
+      {"train_samples", int64_t{1281167}},
+      {"eval_samples", int64_t{50000}},
+      {"gradient_accumulation_steps", int64_t{1}},
+      {"opt_name", "sgd"},
+      {"sgd_opt_base_learning_rate", 8.5},
+      {"sgd_opt_end_learning_rate", 0.0001},
+      {"sgd_opt_learning_rate_decay_poly_power", 2.0},
+      {"sgd_opt_learning_rate_decay_steps", int64_t{41 * 626 - 5 * 626}},
+      {"opt_learning_rate_warmup_epochs", 5.0},
+      {"sgd_opt_momentum", 0.9},
+      {"sgd_opt_weight_decay", 0.0002},
+      {"model_bn_span", int64_t{256}},
+      {"label_smoothing", 0.0},
+  };
+  EXPECT_EQ(mllog_hyperparameters(MlBenchmark::kResnet, c, f), expected);
+}
+
+TEST(MllogHyperparameters, BertLamb) {
+  // NVIDIA's 8xA100 recipe: linear warmup then linear decay (schedule "linear": power 1).
+  const Config c = config_from_yaml_string(R"(
+run: {seed: 9, epochs: 2}
+data: {batch_size: 448}
+optimizer: {name: lamb, lr: 0.000425, betas: [0.9, 0.999], weight_decay: 0.01, eps: 0.000001}
+schedule: {name: linear, warmup_epochs: 0.5, power: 3}
+)",
+                                           "bert.yaml");
+  MlRunFacts f;
+  f.steps_per_epoch = 3350;
+  f.per_rank_batch = 56;
+  f.train_samples = 1500000;
+  f.eval_samples = 10000;
+  const std::vector<MlRecord> expected = {
+      {"seed", uint64_t{9}},
+      {"global_batch_size", int64_t{448}},
+      {"train_samples", int64_t{1500000}},
+      {"eval_samples", int64_t{10000}},
+      {"gradient_accumulation_steps", int64_t{1}},
+      {"opt_name", "lamb"},
+      {"opt_base_learning_rate", 0.000425},
+      {"opt_lamb_epsilon", 0.000001},
+      {"opt_lamb_beta_1", 0.9},
+      {"opt_lamb_beta_2", 0.999},
+      {"opt_lamb_weight_decay_rate", 0.01},
+      {"opt_learning_rate_training_steps", int64_t{6700}},
+      {"opt_learning_rate_warmup_steps", int64_t{1675}},
+      {"num_warmup_steps", int64_t{1675}},
+      {"start_warmup_step", int64_t{0}},
+      {"opt_lamb_learning_rate_decay_poly_power", 1.0},  // "linear" ignores schedule.power
+  };
+  EXPECT_EQ(mllog_hyperparameters(MlBenchmark::kBert, c, f), expected);
+}
+
+TEST(MllogHyperparameters, RefusesWhatTheBenchmarkKeysCannotDescribe) {
+  const MlRunFacts f = imagenet_facts();
+  Config adamw = lars_config();
+  adamw.optimizer.name = "adamw";
+  EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kResnet, adamw, f), "optimizer.name is 'adamw'");
+  Config cosine = lars_config();
+  cosine.schedule.name = "cosine";
+  EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kResnet, cosine, f),
+                        "schedule.name must be poly or linear, got 'cosine'");
+  EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kBert, lars_config(), f), "optimizer.name is 'lars'");
+  MlRunFacts no_steps = f;
+  no_steps.steps_per_epoch = 0;
+  EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kResnet, lars_config(), no_steps), "steps_per_epoch");
+  // Values that break the rules are logged as they are: the checker judges them.
+  Config bad_wd = lars_config();
+  bad_wd.optimizer.weight_decay = 3e-4;
+  const std::vector<MlRecord> r = mllog_hyperparameters(MlBenchmark::kResnet, bad_wd, f);
+  EXPECT_NE(std::find(r.begin(), r.end(), MlRecord{"lars_opt_weight_decay", 3e-4}), r.end());
+}
+
+TEST(MllogHyperparameters, SubmissionRecords) {
+  MlSubmission s;
+  s.org = "dptrain";
+  s.platform = "1xH100";
+  s.benchmark = MlBenchmark::kBert;
+  const std::vector<MlRecord> expected = {{"submission_benchmark", "bert"},
+                                          {"submission_division", "closed"},
+                                          {"submission_org", "dptrain"},
+                                          {"submission_platform", "1xH100"},
+                                          {"submission_status", "onprem"}};
+  EXPECT_EQ(mllog_submission_records(s), expected);
+  EXPECT_EQ(parse_mllog_benchmark("resnet"), MlBenchmark::kResnet);
+  EXPECT_ERROR_CONTAINS(parse_mllog_benchmark("gpt3"), "expected one of: resnet, bert");
+}
+
+}  // namespace
+}  // namespace dp
