@@ -13,6 +13,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "models/model_names.h"
 #include "optim/optimizer_spec.h"
 #include "runtime/core/error.h"
 
@@ -283,10 +284,11 @@ Section<DataConfig> data_section() {
 
 Section<ModelConfig> model_section() {
   return {"model", &Config::model,
-          {field("name", &ModelConfig::name, one_of(kKnownModels)),
+          {field("name", &ModelConfig::name, one_of(kModelNames)),
            field("num_classes", &ModelConfig::num_classes, integer_in(1, limits::kMaxClasses)),
            field("mlp_hidden", &ModelConfig::mlp_hidden, list_of(integer_in(1, limits::kMaxWidth), false, limits::kMaxLayers)),
-           field("dropout", &ModelConfig::dropout, fraction())},
+           field("dropout", &ModelConfig::dropout, fraction()),
+           field("zero_init_residual", &ModelConfig::zero_init_residual, boolean())},
           nullptr};
 }
 

@@ -82,13 +82,12 @@ struct DataConfig {
   double std = 0.3530;
 };
 
-inline constexpr std::array<std::string_view, 3> kKnownModels = {"small_cnn", "mlp", "resnet18"};
-
 struct ModelConfig {
-  std::string name = "small_cnn";
+  std::string name = "small_cnn";      // one of kModelNames (models/model_names.h)
   int64_t num_classes = 10;
   std::vector<int64_t> mlp_hidden = {1024, 1024};
   double dropout = 0.0;
+  bool zero_init_residual = false;     // resnet*: last BN of each residual branch starts at weight 0
 };
 
 // The optimizer section is the optimiser factory's own options struct (optim/optimizer_spec.h); the

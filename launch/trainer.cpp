@@ -357,6 +357,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   spec.image_size = train_set.image_shape()[1];
   spec.mlp_hidden = config.model.mlp_hidden;
   spec.dropout = config.model.dropout;
+  spec.zero_init_residual = config.model.zero_init_residual;
   std::shared_ptr<nn::Module> model = build_model(spec, device, init_gen);
   model->train();
   std::unique_ptr<Reducer> reducer;

@@ -1,13 +1,25 @@
 #include "models/registry.h"
 
+#include <string_view>
+#include <utility>
+
 #include "models/mlp.h"
+#include "models/model_names.h"
 #include "models/resnet.h"
 #include "models/small_cnn.h"
 
 namespace dp {
 
+namespace {
+using ResNetFactory = std::shared_ptr<ResNet> (*)(int64_t num_classes, int64_t in_channels, Device device,
+                                                  Generator& gen, bool zero_init_residual);
+constexpr std::pair<std::string_view, ResNetFactory> kResNets[] = {
+    {"resnet18", resnet18}, {"resnet34", resnet34}, {"resnet50", resnet50},
+    {"resnet101", resnet101}, {"resnet152", resnet152}};
+}  // namespace
+
 const std::vector<std::string>& known_models() {
-  static const std::vector<std::string> names = {"small_cnn", "mlp", "resnet18"};
+  static const std::vector<std::string> names(kModelNames.begin(), kModelNames.end());
   return names;
 }
 
@@ -17,11 +29,15 @@ std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Ge
            spec.in_channels, ", ", spec.image_size);
   DP_CHECK(spec.dropout == 0.0 || spec.name == "mlp", "build_model '", spec.name,
            "': dropout is only supported by the mlp model (got dropout=", spec.dropout, ")");
+  if (spec.name == "small_cnn" || spec.name == "mlp")
+    DP_CHECK(!spec.zero_init_residual, "build_model '", spec.name,
+             "': zero_init_residual is only supported by the resnet models");
   if (spec.name == "small_cnn") return std::make_shared<SmallCNN>(spec.in_channels, spec.num_classes, device, gen, spec.image_size);
   if (spec.name == "mlp")
     return std::make_shared<MLP>(spec.in_channels * spec.image_size * spec.image_size, spec.mlp_hidden,
                                  spec.num_classes, spec.dropout, device, gen);
-  if (spec.name == "resnet18") return resnet18(spec.num_classes, spec.in_channels, device, gen);
+  for (const auto& [name, factory] : kResNets)
+    if (spec.name == name) return factory(spec.num_classes, spec.in_channels, device, gen, spec.zero_init_residual);
   std::string known;
   for (const std::string& n : known_models()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown model '" + spec.name + "'; known models: " + known);

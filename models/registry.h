@@ -11,20 +11,23 @@
 namespace dp {
 
 struct ModelSpec {
-  std::string name = "small_cnn";            // small_cnn | mlp | resnet18
+  std::string name = "small_cnn";            // one of known_models()
   int64_t num_classes = 10;
   int64_t in_channels = 1;                   // 1 for Fashion-MNIST
   int64_t image_size = 28;                   // square inputs; small_cnn and mlp size their layers by it
   std::vector<int64_t> mlp_hidden = {1024, 1024};  // mlp only
   double dropout = 0.0;                      // mlp only
+  bool zero_init_residual = false;           // resnet* only: last BN of each residual branch starts at 0
 };
 
-// The names build_model knows, in the order they are listed in errors.
+// The names build_model knows, in the order they are listed in errors (kModelNames in
+// models/model_names.h).
 const std::vector<std::string>& known_models();
 
 // Builds the model on `device`, initialised from `gen`. With an mlp and dropout > 0, the
 // Dropout modules draw their masks from `gen`, which must then outlive the model. An unknown
-// name throws dp::Error listing the known ones.
+// name throws dp::Error listing the known ones; dropout on a model other than mlp, or
+// zero_init_residual on one other than a resnet, throws too.
 std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen);
 
 }  // namespace dp

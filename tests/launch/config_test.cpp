@@ -72,7 +72,8 @@ TEST(Config, RejectsBadValuesNamingFileLineAndKey) {
   EXPECT_THAT(load_error("run:\n  epochs: 1.5\n"), HasSubstr("run.epochs: expected an integer in [1, 100000], got '1.5'"));
   EXPECT_THAT(load_error("data:\n  shuffle: maybe\n"), HasSubstr("data.shuffle: expected true or false"));
   EXPECT_THAT(load_error("model:\n  name: vgg\n"),
-              HasSubstr("model.name: unknown value 'vgg' (expected one of: small_cnn, mlp, resnet18)"));
+              HasSubstr("model.name: unknown value 'vgg' (expected one of: small_cnn, mlp, resnet18, resnet34, "
+                        "resnet50, resnet101, resnet152)"));
   EXPECT_THAT(load_error("run:\n  device: gpu\n"), HasSubstr("run.device: expected cpu, cuda or cuda:N"));
   EXPECT_THAT(load_error("model:\n  mlp_hidden: [10, -1]\n"), HasSubstr("model.mlp_hidden[1]: expected an integer in [1, 1048576], got -1"));
   EXPECT_THAT(load_error("model:\n  mlp_hidden: 10\n"), HasSubstr("model.mlp_hidden: expected a list"));
@@ -340,6 +341,18 @@ TEST(Config, GradientWireDtype) {
   EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
   EXPECT_THAT(load_error("distributed: {grad_dtype: fp16}"),
               HasSubstr("distributed.grad_dtype: unknown value 'fp16' (expected one of: fp32, bf16)"));
+}
+
+TEST(Config, ResNetNamesAndZeroInitResidual) {
+  EXPECT_FALSE(config_from_yaml_string("", "t.yaml").model.zero_init_residual);
+  for (const char* name : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"})
+    EXPECT_EQ(config_from_yaml_string(std::string("model: {name: ") + name + "}", "t.yaml").model.name, name);
+  const Config c = config_from_yaml_string("model: {name: resnet50, num_classes: 1000, zero_init_residual: true}",
+                                           "t.yaml");
+  EXPECT_TRUE(c.model.zero_init_residual);
+  EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << to_yaml(c);
+  EXPECT_THAT(load_error("model: {zero_init_residual: maybe}"),
+              HasSubstr("model.zero_init_residual: expected true or false, got 'maybe'"));
 }
 
 }  // namespace

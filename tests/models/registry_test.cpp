@@ -17,7 +17,8 @@ class RegistryTest : public ::testing::Test {
 };
 
 TEST_F(RegistryTest, BuildsEveryKnownModel) {
-  EXPECT_EQ(known_models(), (std::vector<std::string>{"small_cnn", "mlp", "resnet18"}));
+  EXPECT_EQ(known_models(), (std::vector<std::string>{"small_cnn", "mlp", "resnet18", "resnet34", "resnet50",
+                                                      "resnet101", "resnet152"}));
   ModelSpec spec;
   spec.name = "small_cnn";
   EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), 421'642);
@@ -33,14 +34,42 @@ TEST_F(RegistryTest, BuildsEveryKnownModel) {
   EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), 11'227'812);
 }
 
-TEST_F(RegistryTest, UnknownNameListsTheKnownOnes) {
+// torchvision.models.resnet*(num_classes=10) with a 1-channel conv1.
+TEST_F(RegistryTest, BuildsEveryResNetDepth) {
+  const std::vector<std::pair<std::string, int64_t>> expected = {{"resnet18", 11'175'370},
+                                                                  {"resnet34", 21'283'530},
+                                                                  {"resnet50", 23'522'250},
+                                                                  {"resnet101", 42'514'378},
+                                                                  {"resnet152", 58'158'026}};
+  for (const auto& [name, count] : expected) {
+    ModelSpec spec;
+    spec.name = name;
+    EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), count) << name;
+  }
+}
+
+TEST_F(RegistryTest, ZeroInitResidualReachesTheResNets) {
   ModelSpec spec;
   spec.name = "resnet50";
+  spec.zero_init_residual = true;
+  auto model = build_model(spec, cpu, gen);
+  for (const auto& [name, p] : model->named_parameters())
+    if (name.ends_with("bn3.weight")) EXPECT_EQ(p.to_vector<float>(), std::vector<float>(static_cast<size_t>(p.numel()), 0.0f)) << name;
+  spec.name = "small_cnn";
+  EXPECT_THROW(build_model(spec, cpu, gen), Error);
+  spec.name = "mlp";
+  EXPECT_THROW(build_model(spec, cpu, gen), Error);
+}
+
+TEST_F(RegistryTest, UnknownNameListsTheKnownOnes) {
+  ModelSpec spec;
+  spec.name = "resnet51";
   try {
     build_model(spec, cpu, gen);
     FAIL() << "expected an unknown-model error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "unknown model 'resnet50'; known models: small_cnn, mlp, resnet18");
+    EXPECT_STREQ(e.what(), "unknown model 'resnet51'; known models: small_cnn, mlp, resnet18, resnet34, resnet50, "
+                           "resnet101, resnet152");
   }
 }
 
