@@ -188,25 +188,32 @@ void resize_bilinear(const RgbView& src, const SourceBox& box, int resize_height
       t[3 * xo + 2] = clip8(s2);
     }
   }
-  // Vertical pass, mirrored on the way out when flipping.
+  // Vertical pass, a row at a time: each tap adds a whole source row times its weight into
+  // int32 sums (contiguous, so the compiler vectorises it), then the row is rounded out,
+  // mirrored when flipping. The same sums in the same order as PIL's per-pixel loop.
+  std::vector<int32_t>& sums = scratch.sums;
+  sums.resize(static_cast<size_t>(temp_stride));
   for (int yo = 0; yo < window.height; ++yo) {
     const int yy = window.top + yo;
     const int ymin = bounds_v[2 * yy] - row_first, n = bounds_v[2 * yy + 1];
     const int32_t* k = coeff_v.data() + static_cast<size_t>(yy) * ksize_v;
+    std::fill(sums.begin(), sums.end(), kHalf);
+    int32_t* __restrict acc = sums.data();
+    for (int y = 0; y < n; ++y) {
+      const uint8_t* __restrict row = scratch.rows.data() + static_cast<int64_t>(ymin + y) * temp_stride;
+      const int32_t weight = k[y];
+      for (int64_t i = 0; i < temp_stride; ++i) acc[i] += row[i] * weight;
+    }
     uint8_t* o = out + static_cast<int64_t>(yo) * out_row_stride;
-    for (int xo = 0; xo < out_width; ++xo) {
-      const uint8_t* p = scratch.rows.data() + static_cast<int64_t>(ymin) * temp_stride + 3 * xo;
-      int32_t s0 = kHalf, s1 = kHalf, s2 = kHalf;
-      for (int y = 0; y < n; ++y) {
-        const uint8_t* q = p + y * temp_stride;
-        s0 += q[0] * k[y];
-        s1 += q[1] * k[y];
-        s2 += q[2] * k[y];
+    if (!flip) {
+      for (int64_t i = 0; i < temp_stride; ++i) o[i] = clip8(acc[i]);
+    } else {
+      for (int xo = 0; xo < out_width; ++xo) {
+        uint8_t* dst = o + 3 * (out_width - 1 - xo);
+        dst[0] = clip8(acc[3 * xo]);
+        dst[1] = clip8(acc[3 * xo + 1]);
+        dst[2] = clip8(acc[3 * xo + 2]);
       }
-      uint8_t* dst = o + 3 * (flip ? out_width - 1 - xo : xo);
-      dst[0] = clip8(s0);
-      dst[1] = clip8(s1);
-      dst[2] = clip8(s2);
     }
   }
 }

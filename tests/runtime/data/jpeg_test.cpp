@@ -86,11 +86,13 @@ TEST_F(JpegTest, EncodedImagesDecodeBackClosely) {
 }
 
 TEST_F(JpegTest, ScaleIsTheSmallestThatStillShrinks) {
-  EXPECT_EQ(jpeg_scale_for(500, 375, 224, 224), 5);   // 5/8: 312x234 ≥ 225 (a pixel spare); 4/8 gives 187
+  // Only the SIMD-accelerated scales 1/8, 2/8, 4/8 (the others cost more than a full decode).
+  EXPECT_EQ(jpeg_scale_for(500, 375, 224, 224), 8);   // 4/8 gives 250x187: too small
+  EXPECT_EQ(jpeg_scale_for(1000, 460, 224, 224), 4);  // 500x230 ≥ 225 (a pixel spare)
   EXPECT_EQ(jpeg_scale_for(2000, 1600, 224, 224), 2);  // 2/8: 500x400
   EXPECT_EQ(jpeg_scale_for(100, 100, 224, 224), 8);    // an enlargement: full size
   EXPECT_EQ(jpeg_scale_for(1000, 1000, 224, 224), 2);  // 250 ≥ 225
-  EXPECT_EQ(jpeg_scale_for(899, 899, 224, 224), 3);    // 2/8 gives 224.75 < 225
+  EXPECT_EQ(jpeg_scale_for(899, 899, 224, 224), 4);    // 2/8 gives 224.75 < 225; 3/8 is not used
   EXPECT_EQ(jpeg_scaled_size(375, 3), 141);            // ceil(375 * 3 / 8)
 }
 
