@@ -65,8 +65,8 @@ struct SourceBox {
 struct ResizeScratch {
   std::vector<int32_t> coefficients_h, coefficients_v;
   std::vector<int> bounds_h, bounds_v;
-  std::vector<uint8_t> rows;    // the horizontal pass's output
-  std::vector<int32_t> sums;    // one output row's sums in the vertical pass
+  std::vector<uint8_t> columns, column_sums;  // the horizontal pass's blocks, transposed
+  std::vector<uint8_t> rows;                  // the horizontal pass's output
 };
 
 // PIL's ImagingResample with the bilinear filter: the horizontal pass first (into 8-bit rows),

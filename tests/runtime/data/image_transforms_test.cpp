@@ -3,8 +3,10 @@
 // statistics of the random crop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "common/reference.h"
 #include "runtime/backend/cpu/cpu_backend.h"
@@ -74,6 +76,128 @@ TEST_F(ImageTransformsTest, EvalWindowEqualsResizeThenCenterCrop) {
   std::vector<uint8_t> out(32 * 32 * 3);
   resize_bilinear(view, {0, 0, 61, 47}, rh, rw, crop, out.data(), 32 * 3, false, scratch);
   EXPECT_EQ(max_difference(out, bytes("eval_40_32")), 0);
+}
+
+// PIL 9.4's bilinear resample written pixel by pixel as Resample.c has it (precompute_coeffs,
+// normalize_coeffs_8bpc, the horizontal then the vertical 8-bit pass over the whole image), to
+// check resize_bilinear's blocked, vectorised passes on many shapes, boxes, windows and flips.
+struct PilCoefficients {
+  int ksize = 0;
+  std::vector<int> xmin, count;
+  std::vector<int32_t> k;  // ksize per output pixel
+};
+
+// (Resample.c takes the box as floats and subtracts them as floats.)
+PilCoefficients pil_coefficients(int in_size, float in0, float in1, int out_size) {
+  PilCoefficients c;
+  const double scale = static_cast<double>(in1 - in0) / out_size;
+  const double filterscale = std::max(scale, 1.0), support = filterscale;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.k.assign(static_cast<size_t>(out_size) * c.ksize, 0);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale, ss = 1.0 / filterscale;
+    const int xmin = std::max(static_cast<int>(center - support + 0.5), 0);
+    const int xmax = std::min(static_cast<int>(center + support + 0.5), in_size) - xmin;
+    std::vector<double> w(std::max(xmax, 0));
+    double ww = 0;
+    for (int x = 0; x < xmax; ++x) {
+      const double d = std::fabs((x + xmin - center + 0.5) * ss);
+      w[x] = d < 1.0 ? 1.0 - d : 0.0;
+      ww += w[x];
+    }
+    for (int x = 0; x < xmax; ++x) {
+      if (ww != 0.0) w[x] /= ww;
+      c.k[static_cast<size_t>(xx) * c.ksize + x] = static_cast<int32_t>(0.5 + w[x] * (1 << 22));
+    }
+    c.xmin.push_back(xmin);
+    c.count.push_back(std::max(xmax, 0));
+  }
+  return c;
+}
+
+uint8_t pil_clip8(int32_t v) {
+  if (v >= (1 << 22 << 8)) return 255;
+  if (v <= 0) return 0;
+  return static_cast<uint8_t>(v >> 22);
+}
+
+// The whole out_h x out_w resize of an h x w RGB image (rows stride bytes apart).
+std::vector<uint8_t> pil_resize(const uint8_t* src, int h, int w, int64_t stride, const SourceBox& b, int out_h,
+                                int out_w) {
+  const PilCoefficients ch = pil_coefficients(w, static_cast<float>(b.x0), static_cast<float>(b.x1), out_w);
+  const PilCoefficients cv = pil_coefficients(h, static_cast<float>(b.y0), static_cast<float>(b.y1), out_h);
+  std::vector<uint8_t> temp(static_cast<size_t>(h) * out_w * 3), out(static_cast<size_t>(out_h) * out_w * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int xx = 0; xx < out_w; ++xx) {
+      for (int c = 0; c < 3; ++c) {
+        int32_t ss = 1 << 21;
+        for (int x = 0; x < ch.count[xx]; ++x) {
+          ss += src[y * stride + (x + ch.xmin[xx]) * 3 + c] * ch.k[static_cast<size_t>(xx) * ch.ksize + x];
+        }
+        temp[(static_cast<size_t>(y) * out_w + xx) * 3 + c] = pil_clip8(ss);
+      }
+    }
+  }
+  for (int yy = 0; yy < out_h; ++yy) {
+    for (int i = 0; i < out_w * 3; ++i) {
+      int32_t ss = 1 << 21;
+      for (int y = 0; y < cv.count[yy]; ++y) {
+        ss += temp[static_cast<size_t>(y + cv.xmin[yy]) * out_w * 3 + i] * cv.k[static_cast<size_t>(yy) * cv.ksize + y];
+      }
+      out[static_cast<size_t>(yy) * out_w * 3 + i] = pil_clip8(ss);
+    }
+  }
+  return out;
+}
+
+TEST(ImageTransformsReference, ResizeEqualsPixelByPixelPilOnRandomCases) {
+  std::mt19937 gen(12345);
+  const auto uniform_int = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(gen); };
+  const auto uniform = [&](double low, double high) { return std::uniform_real_distribution<double>(low, high)(gen); };
+  ResizeScratch scratch;  // reused, as by a loader thread
+  for (int trial = 0; trial < 400; ++trial) {
+    // Mostly small images (many blocks of 16 rows and tiles of 16 bytes cut short), some large.
+    const int large = trial % 7 == 0 ? 300 : 60;
+    const int h = uniform_int(1, large), w = uniform_int(1, large);
+    const int64_t stride = static_cast<int64_t>(w + uniform_int(0, 3)) * 3;
+    std::vector<uint8_t> src(static_cast<size_t>(stride * h));  // no slack: reading past it shows under ASan
+    for (uint8_t& v : src) v = static_cast<uint8_t>(trial % 3 == 0 ? 255 * uniform_int(0, 1) : uniform_int(0, 255));
+    SourceBox box{0, 0, static_cast<double>(w), static_cast<double>(h)};
+    if (trial % 2 == 1) {  // fractional
+      box.x0 = uniform(0, w * 0.9);
+      box.x1 = uniform(box.x0 + w * 0.05, w);
+      box.y0 = uniform(0, h * 0.9);
+      box.y1 = uniform(box.y0 + h * 0.05, h);
+    }
+    const int out_h = uniform_int(1, large), out_w = uniform_int(1, large);  // shrink and enlarge
+    CropBox window{0, 0, out_h, out_w};
+    if (trial % 3 != 0) {
+      window.top = uniform_int(0, out_h - 1);
+      window.left = uniform_int(0, out_w - 1);
+      window.height = uniform_int(1, out_h - window.top);
+      window.width = uniform_int(1, out_w - window.left);
+    }
+    const bool flip = trial % 4 >= 2;
+    const int64_t out_stride = static_cast<int64_t>(window.width) * 3 + uniform_int(0, 5);
+    std::vector<uint8_t> out(static_cast<size_t>(out_stride * window.height), 7);
+    resize_bilinear({src.data(), h, w, stride}, box, out_h, out_w, window, out.data(), out_stride, flip, scratch);
+    const std::vector<uint8_t> expected = pil_resize(src.data(), h, w, stride, box, out_h, out_w);
+    for (int y = 0; y < window.height; ++y) {
+      for (int x = 0; x < window.width; ++x) {
+        const int xs = window.left + (flip ? window.width - 1 - x : x);
+        const uint8_t* want = expected.data() + (static_cast<size_t>(window.top + y) * out_w + xs) * 3;
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(out[y * out_stride + x * 3 + c], want[c])
+              << "trial " << trial << ": " << h << "x" << w << " box [" << box.x0 << ", " << box.y0 << ", " << box.x1
+              << ", " << box.y1 << "] to " << out_h << "x" << out_w << ", window " << window.height << "x"
+              << window.width << " at (" << window.top << ", " << window.left << "), flip " << flip << ", pixel (" << y
+              << ", " << x << ", " << c << ")";
+        }
+      }
+      // Bytes between rows are left alone.
+      for (int64_t i = window.width * 3; i < out_stride; ++i) ASSERT_EQ(out[y * out_stride + i], 7);
+    }
+  }
 }
 
 TEST(ImageGeometry, ResizeShorterSideFollowsTorchvision) {
