@@ -36,6 +36,8 @@ inline constexpr double kMaxBucketMb = 65'536;
 inline constexpr double kMaxTimeoutSeconds = 604'800;       // 7 days
 inline constexpr int kMaxDeviceIndex = 1023;
 inline constexpr int64_t kMaxSkippedSteps = 1'000'000;
+inline constexpr int64_t kMaxImageSize = 8192;              // one side, in pixels
+inline constexpr int64_t kMaxSamples = 1'000'000'000;       // synthetic dataset sizes
 }  // namespace limits
 
 struct RunConfig {
@@ -48,7 +50,13 @@ struct RunConfig {
   int64_t log_every = 50;              // steps between progress reports
   std::string metrics_file = "metrics.jsonl";  // relative to output_dir
   int64_t max_steps = 0;               // 0 = no limit
-  bool eval_every_epoch = true;
+  bool eval_every_epoch = true;        // false: evaluate after the last epoch only
+  // Evaluate after epoch e when (e + eval_offset) % eval_every == 0, and after the last epoch
+  // (MLPerf ResNet: every 4 epochs, the first after 4 - offset).
+  int64_t eval_every = 1;
+  int64_t eval_offset = 0;
+  // Stop after the evaluation that reaches this test accuracy (a fraction; 0: train all epochs).
+  double target_accuracy = 0.0;
   // Bitwise-repeatable runs: rank-ordered gradient sums (NOTE [ Rank-ordered sums ] in
   // comm/mpi/mpi_process_group.h); the rest of the CPU path is repeatable already for a fixed
   // thread count and seed.
@@ -70,7 +78,8 @@ struct RunConfig {
 };
 
 struct DataConfig {
-  std::string dataset = "fashion_mnist";
+  std::string dataset = "fashion_mnist";  // fashion_mnist | image_folder | synthetic
+  // fashion_mnist: the IDX files; image_folder: holds train/ and val/, one folder per class.
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
@@ -78,8 +87,22 @@ struct DataConfig {
   bool drop_last = false;
   int64_t loader_threads = 1;          // 0 = load on the training thread
   int64_t prefetch = 2;                // batches prepared ahead
-  double mean = 0.2860;                // input normalisation (x/255 - mean) / std
-  double std = 0.3530;
+  // Input normalisation (x/255 - mean) / std per channel: one value (Fashion-MNIST's single
+  // channel, or every RGB channel) or three. Unset: the dataset's own (Fashion-MNIST's
+  // 0.2860/0.3530, ImageNet's for image_folder and synthetic), filled in at load.
+  std::vector<double> mean;
+  std::vector<double> std;
+  // image_folder and synthetic (NOTE [ Image pipeline ] in runtime/data/image_folder.h):
+  int64_t image_size = 224;            // train: RandomResizedCrop output side
+  std::vector<double> crop_scale = {0.08, 1.0};                 // its area range
+  std::vector<double> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};      // its aspect-ratio range
+  bool horizontal_flip = true;
+  int64_t eval_resize_size = 256;      // eval: Resize (shorter side), then
+  int64_t eval_image_size = 224;       //       CenterCrop
+  bool jpeg_dct_scaling = true;        // decode JPEGs at 1/2, 1/4, 1/8 size where the crop allows
+  bool skip_bad_files = false;         // unreadable images: skipped and counted instead of an error
+  int64_t synthetic_train_size = 10000;  // synthetic: samples per split
+  int64_t synthetic_eval_size = 1000;
 };
 
 struct ModelConfig {
@@ -133,6 +156,16 @@ struct DistributedConfig {
 // The autocast dtype run.precision names: kFloat32 (off), kBFloat16 or kFloat16.
 DType autocast_dtype_of(const std::string& precision);
 
+// MLPerf logging (docs/mllog.md): rank 0 writes :::MLLOG records when `mllog` names a file.
+struct LoggingConfig {
+  std::string mllog;                   // relative to run.output_dir; empty: off
+  std::string benchmark = "resnet";    // resnet | bert: the rule set the hyperparameters follow
+  std::string submission_org = "dptrain";
+  std::string submission_platform;     // empty: "<world size>x<device kind>"
+  std::string submission_division = "closed";  // closed | open
+  std::string submission_status = "research";  // cloud | onprem | preview | research
+};
+
 struct Config {
   RunConfig run;
   DataConfig data;
@@ -142,6 +175,7 @@ struct Config {
   LossConfig loss;
   LossScaleConfig loss_scale;
   DistributedConfig distributed;
+  LoggingConfig logging;
 
   // loss_scale.enabled as given, else on exactly for fp16.
   bool loss_scaling() const { return loss_scale.enabled.value_or(run.precision == "fp16"); }

@@ -15,6 +15,8 @@
 
 #include "comm/ddp/reducer.h"
 #include "runtime/core/hash.h"
+#include "launch/datasets.h"
+#include "launch/mllog.h"
 #include "launch/step_profiler.h"
 #include "launch/stop_signals.h"
 #include "models/registry.h"
@@ -27,7 +29,6 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/nn/tensor_core_shapes.h"
 #include "runtime/data/batch_uploader.h"
-#include "runtime/data/fashion_mnist.h"
 #include "runtime/data/loader.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
@@ -53,10 +54,20 @@ struct Evaluation {
   double accuracy = std::numeric_limits<double>::quiet_NaN();
 };
 
-// Test-set loss and accuracy, with no autograd graph and the model in eval mode. Sums stay on
-// the device until the end (one read, not one per batch).
+// Sum over ranks of a few doubles (rank-0 reporting of whole-run figures).
+std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu) {
+  if (!group || group->size() == 1) return values;
+  Tensor t = from_vector<double>(values, {static_cast<int64_t>(values.size())}, cpu);
+  group->all_reduce(t, CollectiveReduce::Sum)->wait();
+  return t.to_vector<double>();
+}
+
+// Test-set loss and accuracy, with no autograd graph and the model in eval mode. Each rank
+// evaluates its part of the test set (the loader's SequentialSampler shard) and the sums are
+// added over `group`; they stay on the device until the end (one read, not one per batch).
 // Evaluation runs in the training's precision (`autocast`: kFloat32 for off).
-Evaluation evaluate(nn::Module& model, DataLoader& loader, BatchUploader& uploader, Device device, DType autocast) {
+Evaluation evaluate(nn::Module& model, const ClassificationDataset& data, DataLoader& loader, BatchUploader& uploader,
+                    Device device, DType autocast, ProcessGroup* group, Device cpu) {
   NoGradGuard no_grad;
   AutocastGuard amp(autocast);
   model.eval();
@@ -65,7 +76,7 @@ Evaluation evaluate(nn::Module& model, DataLoader& loader, BatchUploader& upload
   int64_t count = 0;
   while (std::optional<LoadedBatch> batch = loader.next()) {
     const Batch b = uploader.upload(*batch);
-    Tensor logits = model.forward(b.images);
+    Tensor logits = model.forward(data.model_input(b.images));
     loss_sum = add(loss_sum, cross_entropy(logits, b.labels, Reduction::Sum).to(kFloat64));
     Tensor hits = equal(argmax(logits, -1).to(kFloat32), b.labels.to(kFloat32));
     correct = add(correct, sum(hits).to(kFloat64));
@@ -73,8 +84,10 @@ Evaluation evaluate(nn::Module& model, DataLoader& loader, BatchUploader& upload
     uploader.release_host_buffers();
   }
   model.train();
-  DP_CHECK(count > 0, "evaluation: the test set gave no batches");
-  return {loss_sum.item<double>() / static_cast<double>(count), correct.item<double>() / static_cast<double>(count)};
+  const std::vector<double> totals =
+      sum_over_ranks(group, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(count)}, cpu);
+  DP_CHECK(totals[2] > 0, "evaluation: the test set gave no batches");
+  return {totals[0] / totals[2], totals[1] / totals[2]};
 }
 
 std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_per_epoch) {
@@ -107,7 +120,7 @@ std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig
   } else if (train && d.shuffle) {
     sampler = std::make_unique<RandomSampler>(dataset.size(), seed);
   } else {
-    sampler = std::make_unique<SequentialSampler>(dataset.size());
+    sampler = std::make_unique<SequentialSampler>(dataset.size(), rank, world_size);  // eval: this rank's part
   }
   const int64_t batch = train ? d.batch_size / world_size : d.eval_batch_size;
   auto batches = std::make_unique<FixedSizeBatchSampler>(std::move(sampler), batch, train && d.drop_last);
@@ -116,14 +129,6 @@ std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig
   options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
   options.host_allocator = std::move(host_allocator);
   return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
-}
-
-// Sum over ranks of a few doubles (rank-0 reporting of whole-run figures).
-std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu) {
-  if (!group || group->size() == 1) return values;
-  Tensor t = from_vector<double>(values, {static_cast<int64_t>(values.size())}, cpu);
-  group->all_reduce(t, CollectiveReduce::Sum)->wait();
-  return t.to_vector<double>();
 }
 
 // a x b, or a dp::Error saying what overflowed.
@@ -157,8 +162,8 @@ struct DataPlan {
   int64_t total_steps = 0;      // epochs x steps, capped by run.max_steps
 };
 
-DataPlan plan_data(const Config& config, const ImageClassificationDataset& train_set,
-                   const ImageClassificationDataset& test_set, int world_size) {
+DataPlan plan_data(const Config& config, const ClassificationDataset& train_set, const ClassificationDataset& test_set,
+                   int world_size) {
   const DataConfig& d = config.data;
   const int64_t n = train_set.size();
   DP_CHECK(n > 0, "the training set (", train_set.description(), ") has no samples: there is nothing to train on");
@@ -188,10 +193,11 @@ DataPlan plan_data(const Config& config, const ImageClassificationDataset& train
   if (config.run.max_steps > 0) plan.total_steps = std::min(plan.total_steps, config.run.max_steps);
 
   // The loaders' buffers: (prefetch + 1) batches each, of at most the samples the split has.
-  const double sample_bytes = static_cast<double>(numel_of(train_set.image_shape())) * sizeof(float) + sizeof(int64_t);
   const int64_t slots = d.prefetch + 1;
-  const double train_bytes = static_cast<double>(std::min(plan.per_rank_batch, plan.shard_size)) * sample_bytes * slots;
-  const double test_bytes = static_cast<double>(std::min(d.eval_batch_size, test_set.size())) * sample_bytes * slots;
+  const double train_bytes = static_cast<double>(std::min(plan.per_rank_batch, plan.shard_size)) *
+                             static_cast<double>(train_set.sample_bytes()) * slots;
+  const double test_bytes = static_cast<double>(std::min(d.eval_batch_size, test_set.size())) *
+                            static_cast<double>(test_set.sample_bytes()) * slots;
   const double memory = physical_memory_bytes();
   if (memory > 0 && train_bytes + test_bytes > memory / 2) {
     char text[400];
@@ -317,9 +323,25 @@ void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, 
 // rank 0 prints and writes files.
 namespace {
 
+// The MLLOG record of one run (NOTE [ MLLOG call order ] in launch/mllog.h): rank 0's logger
+// (disabled elsewhere, and without logging.mllog) and whether run_stop was written, so that a run
+// ended by an error still closes its log.
+struct MllogRun {
+  MlLogger log;
+  bool run_started = false, stopped = false;
+
+  void stop(bool success) {
+    if (!log.enabled() || stopped) return;
+    log.end(mllog::kRunStop, nullptr, {{"status", success ? "success" : "aborted"}});
+    stopped = true;
+  }
+};
+
+double mllog_quality_target(const std::string& benchmark) { return benchmark == "bert" ? 0.720 : 0.759; }
+
 TrainReport run_training(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
                          ProcessGroup* group, const std::string& device_name, ProcessGroup* device_group,
-                         const StopSignals* stop_signals, int64_t& step) {
+                         const StopSignals* stop_signals, MllogRun& mllog, int64_t& step) {
   const Device device = runtime.device(device_name.empty() ? config.run.device : device_name);
   const Device cpu = runtime.cpu();
   const int world_size = group ? group->size() : 1, rank = group ? group->rank() : 0;
@@ -334,10 +356,22 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // Collectives on the model's tensors: the MPI group on the CPU, NCCL on a GPU.
   ProcessGroup* model_group = device.is_cpu() ? group : device_group;
 
+  // NOTE [ MLLOG call order ] (launch/mllog.h): the submission, then init until run_start.
+  if (mllog.log.enabled()) {
+    const std::string platform = config.logging.submission_platform.empty()
+                                     ? std::to_string(world_size) + "x" + (device.is_cpu() ? "cpu" : "gpu")
+                                     : config.logging.submission_platform;
+    const MlSubmission submission{config.logging.submission_org, platform, config.logging.submission_division,
+                                  config.logging.submission_status, parse_mllog_benchmark(config.logging.benchmark)};
+    for (const MlRecord& r : mllog_submission_records(submission)) mllog.log.event(r.key, r.value);
+    mllog.log.event(mllog::kCacheClear, true);
+    mllog.log.start(mllog::kInitStart);
+  }
+
   // ---- Data ----
-  const Normalization norm{config.data.mean, config.data.std};
-  FashionMnist train_set(config.data.root, Split::Train, norm);
-  FashionMnist test_set(config.data.root, Split::Test, norm);
+  const TrainAndEvalData data = make_datasets(config);  // data.dataset (launch/datasets.h)
+  const ClassificationDataset& train_set = *data.train;
+  const ClassificationDataset& test_set = *data.eval;
   const DataPlan plan = plan_data(config, train_set, test_set, world_size);  // NOTE [ Preflight ]
   // NOTE [ Batch upload ]: on a GPU the loaders fill pinned buffers that are copied
   // asynchronously; on the CPU batches are used where they were filled.
@@ -345,16 +379,16 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   std::unique_ptr<BatchUploader> test_uploader = make_batch_uploader(device, cpu);
   std::unique_ptr<DataLoader> train_loader = make_loader(train_set, config.data, cpu, true, config.run.seed,
                                                          train_uploader->host_allocator(), rank, world_size);
-  std::unique_ptr<DataLoader> test_loader =
-      make_loader(test_set, config.data, cpu, false, config.run.seed, test_uploader->host_allocator());
+  std::unique_ptr<DataLoader> test_loader = make_loader(test_set, config.data, cpu, false, config.run.seed,
+                                                        test_uploader->host_allocator(), rank, world_size);
 
   // ---- Model, optimiser, schedule ----
   Generator init_gen(config.run.seed);
   ModelSpec spec;
   spec.name = config.model.name;
   spec.num_classes = config.model.num_classes;
-  spec.in_channels = train_set.image_shape()[0];
-  spec.image_size = train_set.image_shape()[1];
+  spec.in_channels = train_set.input_shape()[0];
+  spec.image_size = train_set.input_shape()[1];
   spec.mlp_hidden = config.model.mlp_hidden;
   spec.dropout = config.model.dropout;
   spec.zero_init_residual = config.model.zero_init_residual;
@@ -377,7 +411,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       make_optimizer(config.optimizer, model->named_parameters(),
                      OptimizerContext{group, cpu, static_cast<int>(config.run.threads)});
   const std::vector<Tensor> parameters = model->parameters();
-  train_loader->begin_epoch(0);
+  // No begin_epoch here: the loader would start reading training data before run_start.
   const int64_t steps_per_epoch = train_loader->num_batches();
   DP_CHECK(steps_per_epoch == plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,
            " steps per epoch, the preflight ", plan.steps_per_epoch);
@@ -448,7 +482,21 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // run.max_skipped_steps, so the run is caught at exactly that length.
   int64_t next_skip_check = config.run.max_skipped_steps;
   int64_t skipped_at_last_report = 0;  // the window's skips are those since then
+  const double target = config.run.target_accuracy;
+  if (mllog.log.enabled()) {
+    MlRunFacts facts;
+    facts.steps_per_epoch = steps_per_epoch;
+    facts.per_rank_batch = plan.per_rank_batch;
+    facts.train_samples = train_set.size();
+    facts.eval_samples = test_set.size();
+    for (const MlRecord& r : mllog_hyperparameters(parse_mllog_benchmark(config.logging.benchmark), config, facts))
+      mllog.log.event(r.key, r.value);
+    mllog.log.end(mllog::kInitStop);
+    mllog.log.start(mllog::kRunStart);  // the clock starts; no data has been read yet
+    mllog.run_started = true;
+  }
   for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
+    mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
     train_loader->begin_epoch(epoch - 1);
     profiler.reset();
     const Clock::time_point epoch_start = Clock::now();
@@ -461,7 +509,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       std::optional<LoadedBatch> batch = train_loader->next();
       if (!batch) break;
       const Batch on_device = train_uploader->upload(*batch);
-      const Tensor &images = on_device.images, &labels = on_device.labels;
+      const Tensor& labels = on_device.labels;
+      const Tensor images = train_set.model_input(on_device.images);  // uint8 → normalised float32 on the device
       const int64_t batch_size = batch->size();
 
       const Tensor& lr = clock.next_lr();  // on the device: NOTE [ Schedule clock ]
@@ -580,6 +629,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       break;
     }
 
+    mllog.log.end(mllog::kEpochStop, nullptr, {{"epoch_num", epoch}});
     EpochReport e;
     e.epoch = epoch;
     e.train_seconds = seconds_since(epoch_start);
@@ -591,11 +641,20 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     e.train_loss = totals[0] / world_size;
     e.samples_per_second = totals[1] / e.train_seconds;
     Evaluation eval;
-    if (config.run.eval_every_epoch || epoch == config.run.epochs || stop) {
+    // run.eval_every / eval_offset (MLPerf's evaluation schedule); always after the last epoch.
+    const bool scheduled = config.run.eval_every_epoch && (epoch + config.run.eval_offset) % config.run.eval_every == 0;
+    if (scheduled || epoch == config.run.epochs || stop) {
       if (world_size > 1)
         sync_buffers(*model, *model_group,
                      config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
-      if (rank == 0) eval = evaluate(*model, *test_loader, *test_uploader, device, autocast);
+      mllog.log.start(mllog::kEvalStart, nullptr, {{"epoch_num", epoch}});
+      eval = evaluate(*model, test_set, *test_loader, *test_uploader, device, autocast, group, cpu);
+      mllog.log.event(mllog::kEvalAccuracy, eval.accuracy, {{"epoch_num", epoch}});
+      mllog.log.end(mllog::kEvalStop, nullptr, {{"epoch_num", epoch}});
+      if (target > 0 && eval.accuracy >= target) {
+        report.reached_target = true;
+        stop = true;  // every rank saw the same reduced accuracy
+      }
     }
     e.test_loss = eval.loss;
     e.test_accuracy = eval.accuracy;
@@ -616,6 +675,18 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     console.line(os.str());
     profiler.flush();
     console.line("  step time: " + profiler.summary());
+    // data.skip_bad_files: this rank's count (each rank reads its own shard's files).
+    const auto [skipped, first_skipped] = skipped_files(train_set);
+    if (skipped > 0)
+      console.line("  " + std::to_string(skipped) + " unreadable training file(s) skipped so far (data.skip_bad_files), "
+                   "the first: " + first_skipped);
+    if (report.reached_target) {
+      std::ostringstream t;
+      t.setf(std::ios::fixed);
+      t.precision(2);
+      t << "target accuracy " << 100.0 * target << " % reached after epoch " << epoch << ": stopping";
+      console.line(t.str());
+    }
     if (metrics) {
       nlohmann::json rec = {{"event", "epoch"},          {"epoch", epoch},
                             {"train_loss", e.train_loss}, {"seconds", e.train_seconds},
@@ -624,6 +695,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         rec["test_accuracy"] = e.test_accuracy;
         rec["test_loss"] = e.test_loss;
       }
+      if (skipped > 0) rec["skipped_files"] = skipped;
       metrics->write(rec);
     }
   }
@@ -692,6 +764,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     char digest[24];
     std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
     const char* reason = stop_signal                                                ? StopSignals::name(stop_signal)
+                         : report.reached_target                                    ? "target_reached"
                          : config.run.max_steps > 0 && step >= config.run.max_steps ? "max_steps"
                                                                                      : "completed";
     nlohmann::json rec = {{"event", "end"}, {"reason", reason}, {"steps", step},
@@ -709,6 +782,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
                      {"most_often_last_bucket", report.comm.most_often_last_bucket}};
     metrics->write(rec);
   }
+  // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).
+  mllog.stop(report.reached_target ||
+             (target == 0 && !report.epochs.empty() &&
+              report.epochs.back().test_accuracy >= mllog_quality_target(config.logging.benchmark)));
   return report;
 }
 
@@ -718,9 +795,16 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
                   ProcessGroup* group, const std::string& device, ProcessGroup* device_group,
                   const StopSignals* stop_signals) {
   int64_t step = 0;
+  MllogRun mllog;
+  if (!config.logging.mllog.empty() && (!group || group->rank() == 0))
+    mllog.log = MlLogger((std::filesystem::path(config.run.output_dir) / config.logging.mllog).string());
   try {
-    return run_training(config, runtime, console, metrics, group, device, device_group, stop_signals, step);
+    return run_training(config, runtime, console, metrics, group, device, device_group, stop_signals, mllog, step);
   } catch (const std::exception& e) {
+    try {
+      mllog.stop(false);  // aborted
+    } catch (const std::exception&) {
+    }
     // The metrics file ends with why the run ended, errors included (a write failure here must
     // not hide the error itself).
     if (metrics) {

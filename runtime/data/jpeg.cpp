@@ -60,13 +60,25 @@ JpegDecoder::JpegDecoder() : handle_(tjInitDecompress()) {
 
 JpegDecoder::~JpegDecoder() { tjDestroy(as_handle(handle_)); }
 
+void JpegDecoder::reset() {
+  // TurboJPEG 2.1 leaves a handle whose header read failed half-way in libjpeg's header state:
+  // the next file's header then reads as 0x0 without an error. A fresh handle costs microseconds
+  // and errors are rare.
+  tjDestroy(as_handle(handle_));
+  handle_ = tjInitDecompress();
+  DP_CHECK(handle_ != nullptr, "libjpeg-turbo: tjInitDecompress failed: ", tjGetErrorStr2(nullptr));
+}
+
 JpegHeader JpegDecoder::read_header(std::span<const uint8_t> jpeg) {
   const std::string not_jpeg = not_a_jpeg_reason(jpeg);
   DP_CHECK(not_jpeg.empty(), not_jpeg);
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(as_handle(handle_), jpeg.data(), static_cast<unsigned long>(jpeg.size()), &width, &height,
-                          &subsampling, &colorspace) != 0)
-    throw Error(std::string("not a readable JPEG: ") + tjGetErrorStr2(as_handle(handle_)));
+                          &subsampling, &colorspace) != 0) {
+    const std::string reason = tjGetErrorStr2(as_handle(handle_));
+    reset();
+    throw Error("not a readable JPEG: " + reason);
+  }
   DP_CHECK(width > 0 && height > 0, "the JPEG header gives an empty image (", width, "x", height, ")");
   return {width, height, colorspace == TJCS_CMYK || colorspace == TJCS_YCCK};
 }
@@ -90,7 +102,10 @@ void JpegDecoder::decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& o
     // Premature end: the rest of the image was filled with grey. Other warnings leave every pixel.
     const bool fatal = tjGetErrorCode(as_handle(handle_)) == TJERR_FATAL ||
                        reason.find("Premature end") != std::string::npos;
-    if (fatal) throw Error("the JPEG data is corrupt or truncated: " + reason);
+    if (fatal) {
+      reset();
+      throw Error("the JPEG data is corrupt or truncated: " + reason);
+    }
   }
   if (header.cmyk) {
     // Adobe's JPEGs store inverted CMYK: r = c' k' / 255 with the stored values (PIL's cmyk2rgb

@@ -50,6 +50,8 @@ class JpegDecoder {
   void decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& out);
 
  private:
+  void reset();  // a fresh handle after an error
+
   void* handle_;  // tjhandle
   std::vector<uint8_t> cmyk_;
 };

@@ -53,11 +53,23 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
   return order;
 }
 
-SequentialSampler::SequentialSampler(int64_t dataset_size) : dataset_size_(dataset_size) {
+SequentialSampler::SequentialSampler(int64_t dataset_size) : begin_(0), end_(dataset_size) {
   check_dataset_size("SequentialSampler", dataset_size);
 }
 
-std::vector<int64_t> SequentialSampler::indices(int64_t) const { return iota_indices(dataset_size_); }
+SequentialSampler::SequentialSampler(int64_t dataset_size, int rank, int world_size) {
+  check_dataset_size("SequentialSampler", dataset_size);
+  DP_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "SequentialSampler: rank ", rank,
+           " is not in a world of ", world_size);
+  begin_ = dataset_size * rank / world_size;
+  end_ = dataset_size * (rank + 1) / world_size;
+}
+
+std::vector<int64_t> SequentialSampler::indices(int64_t) const {
+  std::vector<int64_t> v = iota_indices(end_ - begin_);
+  for (int64_t& i : v) i += begin_;
+  return v;
+}
 
 RandomSampler::RandomSampler(int64_t dataset_size, uint64_t seed) : dataset_size_(dataset_size), seed_(seed) {
   check_dataset_size("RandomSampler", dataset_size);

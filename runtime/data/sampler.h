@@ -29,15 +29,18 @@ class Sampler {
   virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
 };
 
-// 0, 1, ..., n-1 every epoch (evaluation).
+// 0, 1, ..., n-1 every epoch (evaluation); or one rank's contiguous part of them, for an
+// evaluation split over ranks that visits every sample exactly once (no padding, unlike
+// DistributedSampler: rank r of W takes [r n / W, (r + 1) n / W)).
 class SequentialSampler final : public Sampler {
  public:
   explicit SequentialSampler(int64_t dataset_size);
-  int64_t size() const override { return dataset_size_; }
+  SequentialSampler(int64_t dataset_size, int rank, int world_size);
+  int64_t size() const override { return end_ - begin_; }
   std::vector<int64_t> indices(int64_t epoch) const override;
 
  private:
-  int64_t dataset_size_;
+  int64_t begin_, end_;
 };
 
 // A new permutation of [0, n) every epoch.

@@ -355,5 +355,62 @@ TEST(Config, ResNetNamesAndZeroInitResidual) {
               HasSubstr("model.zero_init_residual: expected true or false, got 'maybe'"));
 }
 
+TEST(Config, ImageDataKeysAndPerDatasetNormalisation) {
+  // Unset mean/std: the dataset's own.
+  EXPECT_EQ(config_from_yaml_string("", "t.yaml").data.mean, (std::vector<double>{0.2860}));
+  const Config folder = config_from_yaml_string("data: {dataset: image_folder, root: /d}", "t.yaml");
+  EXPECT_EQ(folder.data.mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  EXPECT_EQ(folder.data.std, (std::vector<double>{0.229, 0.224, 0.225}));
+  EXPECT_EQ(folder.data.image_size, 224);
+  EXPECT_EQ(folder.data.eval_resize_size, 256);
+  // A scalar is one value for every channel; a list has one or three.
+  EXPECT_EQ(config_from_yaml_string("data: {dataset: synthetic, mean: 0.5}", "t.yaml").data.mean,
+            (std::vector<double>{0.5}));
+  EXPECT_THAT(load_error("data: {dataset: image_folder, mean: [0.1, 0.2]}"),
+              HasSubstr("data.mean: expected one number, or three (one per RGB channel), got 2"));
+  EXPECT_THAT(load_error("data: {mean: [0.1, 0.2, 0.3]}"),
+              HasSubstr("data.mean: fashion_mnist has one (grey) channel: expected one number, got 3"));
+  EXPECT_THAT(load_error("data: {dataset: image_folder, std: [0.2, 0, 0.2]}"),
+              HasSubstr("data.std[1]: expected a positive number, got 0"));
+  EXPECT_THAT(load_error("data: {crop_scale: [0.5, 0.2]}"), HasSubstr("data.crop_scale: expected [low, high] with low <= high"));
+  EXPECT_THAT(load_error("data: {crop_scale: [0.5, 1.5]}"), HasSubstr("data.crop_scale[1]: expected a number in (0, 1]"));
+  EXPECT_THAT(load_error("data: {crop_ratio: [0.75]}"), HasSubstr("data.crop_ratio: expected [low, high]"));
+  EXPECT_THAT(load_error("data: {eval_resize_size: 200, eval_image_size: 224}"),
+              HasSubstr("data.eval_resize_size: the eval image is cut from the resized one: expected at least "
+                        "data.eval_image_size (224), got 200"));
+  EXPECT_THAT(load_error("data: {dataset: imagenet}"),
+              HasSubstr("data.dataset: unknown value 'imagenet' (expected one of: fashion_mnist, image_folder, synthetic)"));
+  EXPECT_THAT(load_error("data: {image_size: 0}"), HasSubstr("data.image_size: expected an integer in [1, 8192]"));
+  // The resolved YAML loads back to the same config.
+  EXPECT_EQ(config_from_yaml_string(to_yaml(folder), "again.yaml"), folder);
+}
+
+TEST(Config, EvaluationScheduleAndTarget) {
+  const Config c = config_from_yaml_string("run: {eval_every: 4, eval_offset: 3, target_accuracy: 0.759}", "t.yaml");
+  EXPECT_EQ(c.run.eval_every, 4);
+  EXPECT_EQ(c.run.eval_offset, 3);
+  EXPECT_DOUBLE_EQ(c.run.target_accuracy, 0.759);
+  EXPECT_THAT(load_error("run: {eval_every: 4, eval_offset: 4}"),
+              HasSubstr("run.eval_offset: expected a number of epochs below run.eval_every (4), got 4"));
+  EXPECT_THAT(load_error("run: {target_accuracy: 1}"), HasSubstr("run.target_accuracy: expected a number in [0, 1)"));
+}
+
+TEST(Config, LoggingSection) {
+  const Config off = config_from_yaml_string("", "t.yaml");
+  EXPECT_EQ(off.logging.mllog, "");
+  const Config on = config_from_yaml_string(
+      "logging: {mllog: logs/mllog.log, benchmark: bert, submission_division: open, submission_status: onprem}",
+      "t.yaml");
+  EXPECT_EQ(on.logging.mllog, "logs/mllog.log");
+  EXPECT_EQ(on.logging.benchmark, "bert");
+  EXPECT_EQ(config_from_yaml_string(to_yaml(on), "again.yaml"), on);
+  EXPECT_EQ(config_from_yaml_string(to_yaml(off), "again.yaml"), off);
+  EXPECT_THAT(load_error("logging: {mllog: /tmp/x.log}"),
+              HasSubstr("logging.mllog: expected a file name relative to run.output_dir"));
+  EXPECT_THAT(load_error("logging: {benchmark: ssd}"), HasSubstr("logging.benchmark: unknown value 'ssd' (expected one of: resnet, bert)"));
+  EXPECT_THAT(load_error("logging: {submission_division: half}"),
+              HasSubstr("logging.submission_division: unknown value 'half' (expected one of: closed, open)"));
+}
+
 }  // namespace
 }  // namespace dp

@@ -112,7 +112,10 @@ TEST_F(JpegTest, BadFilesAreNamedForWhatTheyAre) {
   std::vector<uint8_t> garbage = {0xFF, 0xD8, 0xFF};
   garbage.resize(300, 0x55);
   EXPECT_FALSE(error_of(decoder, garbage).empty());
-  // The decoder stays usable after errors.
+  // The decoder stays usable after errors, a header cut before its scan included (TurboJPEG's
+  // handle would otherwise read the next file's header as 0x0).
+  EXPECT_FALSE(error_of(decoder, std::vector<uint8_t>(good.begin(), good.begin() + 300)).empty());
+  EXPECT_EQ(decoder.read_header(good).width, 64);
   RgbImage image;
   decoder.decode(good, 8, image);
   EXPECT_EQ(max_difference(image.pixels, bytes("decoded_rgb")), 0);

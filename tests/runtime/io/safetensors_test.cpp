@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -420,21 +421,28 @@ TEST(SafetensorsFixtures, CrossEntropyHasScalarLossAndIgnoredTarget) {
 }
 
 TEST(SafetensorsFixtures, EveryFixtureReadsAndIsComplete) {
-  int count = 0;
+  // The op fixtures of make_fixtures.py carry an op, its output and gradients; the others are
+  // named here with the script that writes them (tests/fixtures/README.md).
+  const std::set<std::string> not_op_fixtures = {
+      "image_transforms",   // make_image_fixtures.py: PIL/torchvision pixels and JPEG files
+      "resnet50_forward",   // make_resnet_fixtures.py: an input and torchvision's logits
+  };
+  int ops = 0;
   uintmax_t total = 0;
   for (const auto& e : fs::directory_iterator(kFixtures)) {
     if (e.path().extension() != ".safetensors") continue;
     SCOPED_TRACE(e.path().string());
     SafetensorsFile f = read_safetensors(e.path().string());
+    total += e.file_size();
+    if (not_op_fixtures.count(e.path().stem().string())) continue;
     EXPECT_TRUE(f.metadata.count("op"));
     EXPECT_TRUE(f.metadata.count("torch_version"));
     EXPECT_TRUE(f.contains("grad_out"));
     EXPECT_TRUE(f.contains("out") || f.contains("loss"));
-    ++count;
-    total += e.file_size();
+    ++ops;
   }
-  EXPECT_GE(count, 23);
-  EXPECT_LT(total, 200u * 1024u) << "fixtures should stay small";
+  EXPECT_GE(ops, 23);
+  EXPECT_LT(total, 512u * 1024u) << "fixtures should stay small";
 }
 #endif
 
