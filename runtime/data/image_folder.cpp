@@ -97,8 +97,9 @@ Batch RgbImageDataset::allocate_batch(int64_t capacity, Device device) const {
   return Batch{Tensor::empty({capacity, s, s, 3}, kUInt8, device), Tensor::empty({capacity}, kInt64, device)};
 }
 
-void RgbImageDataset::check_batch(const Batch& out, int64_t batch) const {
-  const int64_t s = transform_.output_size();
+void RgbImageDataset::fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const {
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  const int64_t s = transform_.output_size(), image_bytes = s * s * 3;
   DP_CHECK(out.images.device().is_cpu() && out.images.dtype() == kUInt8 && out.images.shape() == Shape({batch, s, s, 3}) &&
                out.images.is_contiguous(),
            description(), ": fill_batch needs contiguous uint8 images [", batch, ", ", s, ", ", s, ", 3] on the CPU, got ",
@@ -106,6 +107,13 @@ void RgbImageDataset::check_batch(const Batch& out, int64_t batch) const {
   DP_CHECK(out.labels.device().is_cpu() && out.labels.dtype() == kInt64 && out.labels.shape() == Shape{batch} &&
                out.labels.is_contiguous(),
            description(), ": fill_batch needs contiguous int64 labels [", batch, "] on the CPU, got ", out.labels.str());
+  uint8_t* images = out.images.data<uint8_t>();
+  int64_t* labels = out.labels.data<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    DP_CHECK(indices[b] >= 0 && indices[b] < size(), description(), ": sample index ", indices[b],
+             " is outside [0, ", size(), ")");
+    labels[b] = fill_sample(indices[b], epoch, images + b * image_bytes);
+  }
 }
 
 Tensor RgbImageDataset::model_input(const Tensor& images) const {
@@ -256,42 +264,30 @@ void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
   }
 }
 
-void ImageFolder::fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const {
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  check_batch(out, batch);
-  const int64_t s = transform_.output_size(), image_bytes = s * s * 3;
-  uint8_t* images = out.images.data<uint8_t>();
-  int64_t* labels = out.labels.data<int64_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t index = indices[b];
-    // A bad file's sample is replaced by the next readable one (skip_bad_files); give up after
-    // a long run of bad files, which is a broken dataset rather than a few bad images.
-    constexpr int kMaxConsecutiveBad = 100;
-    for (int attempt = 0;; ++attempt) {
-      DP_CHECK(attempt < kMaxConsecutiveBad, description_, ": ", kMaxConsecutiveBad,
-               " files in a row could not be read (the first: ", first_skipped(), "): the dataset looks broken");
-      if (any_skipped_.load(std::memory_order_relaxed)) {
-        std::lock_guard lock(skipped_mutex_);
-        if (skipped_.count(index)) {
-          index = (index + 1) % size();
-          continue;
-        }
-      }
-      try {
-        load(index, epoch, images + b * image_bytes);
-        break;
-      } catch (const Error& e) {
-        if (!skip_bad_files_) throw;
-        {
-          std::lock_guard lock(skipped_mutex_);
-          if (skipped_.empty()) first_skipped_ = e.what();
-          skipped_.insert(index);
-          any_skipped_.store(true, std::memory_order_relaxed);
-        }
+int64_t ImageFolder::fill_sample(int64_t index, int64_t epoch, uint8_t* image) const {
+  // Give up after a long run of bad files: that is a broken dataset rather than a few bad images.
+  constexpr int kMaxConsecutiveBad = 100;
+  for (int attempt = 0;; ++attempt) {
+    DP_CHECK(attempt < kMaxConsecutiveBad, description_, ": ", kMaxConsecutiveBad,
+             " files in a row could not be read (the first: ", first_skipped(), "): the dataset looks broken");
+    if (any_skipped_.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(skipped_mutex_);
+      if (skipped_.count(index)) {
         index = (index + 1) % size();
+        continue;
       }
     }
-    labels[b] = label(index);
+    try {
+      load(index, epoch, image);
+      return label(index);
+    } catch (const Error& e) {
+      if (!skip_bad_files_) throw;
+      std::lock_guard lock(skipped_mutex_);
+      if (skipped_.empty()) first_skipped_ = e.what();
+      skipped_.insert(index);
+      any_skipped_.store(true, std::memory_order_relaxed);
+    }
+    index = (index + 1) % size();
   }
 }
 
@@ -315,23 +311,15 @@ SyntheticImages::SyntheticImages(int64_t size, int64_t num_classes, ImageTransfo
                                 transform_.output_size(), "x", transform_.output_size(), " RGB)");
 }
 
-void SyntheticImages::fill_batch(std::span<const int64_t> indices, int64_t /*epoch*/, const Batch& out) const {
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  check_batch(out, batch);
+int64_t SyntheticImages::fill_sample(int64_t index, int64_t /*epoch*/, uint8_t* image) const {
+  SampleRng rng(transform_.seed, -1, index);  // the same image every epoch
+  const int64_t label = rng.integer(0, num_classes_);
   const int64_t s = transform_.output_size(), image_bytes = s * s * 3;
-  uint8_t* images = out.images.data<uint8_t>();
-  int64_t* labels = out.labels.data<int64_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t index = indices[b];
-    DP_CHECK(index >= 0 && index < size_, description_, ": sample index ", index, " is outside [0, ", size_, ")");
-    SampleRng rng(transform_.seed, -1, index);  // the same image every epoch
-    labels[b] = rng.integer(0, num_classes_);
-    uint8_t* image = images + b * image_bytes;
-    for (int64_t p = 0; p < image_bytes; p += 8) {
-      const uint64_t word = rng.next_u64();
-      std::memcpy(image + p, &word, static_cast<size_t>(std::min<int64_t>(8, image_bytes - p)));
-    }
+  for (int64_t p = 0; p < image_bytes; p += 8) {
+    const uint64_t word = rng.next_u64();
+    std::memcpy(image + p, &word, static_cast<size_t>(std::min<int64_t>(8, image_bytes - p)));
   }
+  return label;
 }
 
 }  // namespace dp

@@ -59,11 +59,14 @@ class RgbImageDataset : public ClassificationDataset {
   int64_t sample_bytes() const override;
   // uint8 [B, H, W, 3] on any device → float32 [B, 3, H, W] on it.
   Tensor model_input(const Tensor& images) const override;
+  // Checks the buffers and fills each sample through fill_sample.
+  void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const final;
   const ImageTransformOptions& transform() const { return transform_; }
 
  protected:
-  // Checks out's tensors have the shapes allocate_batch gives for `batch` samples.
-  void check_batch(const Batch& out, int64_t batch) const;
+  // Writes sample `index` as `epoch` sees it (S x S x 3 bytes, HWC) to `image` and returns its
+  // label. Called concurrently for distinct samples.
+  virtual int64_t fill_sample(int64_t index, int64_t epoch, uint8_t* image) const = 0;
 
   ImageTransformOptions transform_;
 
@@ -86,7 +89,6 @@ class ImageFolder final : public RgbImageDataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
   const std::string& description() const override { return description_; }
-  void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const override;
 
   const std::vector<std::string>& classes() const { return classes_; }
   const std::string& path(int64_t index) const;
@@ -102,6 +104,9 @@ class ImageFolder final : public RgbImageDataset {
   int64_t ignored_files() const { return ignored_files_; }
 
  private:
+  // A bad file's sample is replaced by the next readable one when skipping bad files.
+  int64_t fill_sample(int64_t index, int64_t epoch, uint8_t* image) const override;
+
   struct Sample {
     std::string path;
     int64_t label;
@@ -126,9 +131,10 @@ class SyntheticImages final : public RgbImageDataset {
   int64_t size() const override { return size_; }
   int64_t num_classes() const override { return num_classes_; }
   const std::string& description() const override { return description_; }
-  void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const override;
 
  private:
+  int64_t fill_sample(int64_t index, int64_t epoch, uint8_t* image) const override;
+
   int64_t size_, num_classes_;
   std::string description_;
 };

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 
 namespace dp::testing {
 
@@ -26,6 +27,11 @@ std::string dptrain_binary() { return std::string(DPTRAIN_BINARY_DIR) + "/launch
 std::string model_digest(const std::string& output) {
   const size_t at = output.find("model digest ");
   return at == std::string::npos ? "" : output.substr(at + 13, 16);
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 std::filesystem::path make_test_dir(const std::string& prefix) {

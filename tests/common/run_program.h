@@ -20,6 +20,9 @@ std::string dptrain_binary();
 // The 16 hex digits after "model digest " in dptrain's end line; empty when absent.
 std::string model_digest(const std::string& output);
 
+// The whole file as text; empty when it cannot be read (the caller's expectations then fail).
+std::string read_text_file(const std::filesystem::path& path);
+
 // A fresh directory <tmp>/<prefix>_<pid>_<current test's name>, created; the caller removes it.
 std::filesystem::path make_test_dir(const std::string& prefix);
 

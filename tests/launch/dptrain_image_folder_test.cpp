@@ -24,11 +24,6 @@ using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 class ImageFolderRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -77,14 +72,14 @@ TEST_F(ImageFolderRun, TrainsToTheTargetAndWritesACompliantMllog) {
   EXPECT_THAT(r.output, HasSubstr("4000 training / 500 test samples, 80 steps per epoch"));
   EXPECT_THAT(r.output, HasSubstr("target accuracy 75.90 % reached after epoch "));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("epoch 8/8:")));  // stopped early
-  EXPECT_THAT(read(dir_ / "lars" / "metrics.jsonl"), HasSubstr("\"reason\":\"target_reached\""));
+  EXPECT_THAT(dp::testing::read_text_file(dir_ / "lars" / "metrics.jsonl"), HasSubstr("\"reason\":\"target_reached\""));
   const std::string log = (dir_ / "lars" / "mllog.log").string();
   const dp::MlCheckReport report = dp::check_mllog_file(log, dp::MlBenchmark::kResnet);
   std::string violations;
   for (const dp::MlViolation& v : report.violations) violations += v.str() + "\n";
   EXPECT_TRUE(report.compliant()) << violations;
-  EXPECT_THAT(read(log), HasSubstr("\"key\": \"run_stop\", \"value\": null, \"metadata\": {\"file\": \"trainer.cpp\""));
-  EXPECT_THAT(read(log), HasSubstr("\"status\": \"success\"}}"));
+  EXPECT_THAT(dp::testing::read_text_file(log), HasSubstr("\"key\": \"run_stop\", \"value\": null, \"metadata\": {\"file\": \"trainer.cpp\""));
+  EXPECT_THAT(dp::testing::read_text_file(log), HasSubstr("\"status\": \"success\"}}"));
   // The program's own checker agrees.
   const ProgramResult checked = run_program(dptrain_binary() + " check-mllog " + log + " --benchmark resnet");
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
@@ -100,8 +95,8 @@ TEST_F(ImageFolderRun, AnUnreachedTargetEndsTheLogAborted) {
   const dp::MlCheckReport report = dp::check_mllog_file(log, dp::MlBenchmark::kResnet);
   EXPECT_FALSE(report.compliant());
   EXPECT_TRUE(report.has("result"));
-  EXPECT_THAT(read(log), HasSubstr("\"status\": \"aborted\"}}"));
-  EXPECT_THAT(read(dir_ / "unreached" / "metrics.jsonl"), HasSubstr("\"reason\":\"completed\""));
+  EXPECT_THAT(dp::testing::read_text_file(log), HasSubstr("\"status\": \"aborted\"}}"));
+  EXPECT_THAT(dp::testing::read_text_file(dir_ / "unreached" / "metrics.jsonl"), HasSubstr("\"reason\":\"completed\""));
 }
 
 TEST_F(ImageFolderRun, BadFoldersStopTheRunNamingWhatIsWrong) {

@@ -22,11 +22,6 @@ using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::string last_line(const std::string& text) {
   const size_t end = text.find_last_not_of('\n');
   if (end == std::string::npos) return "";
@@ -65,7 +60,7 @@ class Robustness : public ::testing::Test {
     EXPECT_EQ(r.output.find("error:"), r.output.rfind("error:")) << "one message: " << r.output;
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr("unexpected error"))) << r.output;
   }
-  std::string metrics() const { return read_file(out() / "metrics.jsonl"); }
+  std::string metrics() const { return dp::testing::read_text_file(out() / "metrics.jsonl"); }
 
   fs::path dir_;
 };
@@ -203,7 +198,7 @@ TEST_F(Robustness, EveryEarlierMetricsFileIsKeptEvenWithinOneSecond) {
   int first = 0, completed = 0, files = 0;
   for (const auto& e : fs::directory_iterator(out())) {
     ++files;
-    const std::string text = read_file(e.path());
+    const std::string text = dp::testing::read_text_file(e.path());
     first += text == "first run\n";
     completed += text.find("\"reason\":\"completed\"") != std::string::npos ||
                  text.find("\"reason\":\"max_steps\"") != std::string::npos;
@@ -219,7 +214,7 @@ TEST_F(Robustness, AMetricsFileThatIsADirectoryIsLeftAlone) {
   expect_error(run("--config " + config("") + " --set run.metrics_file=m"),
                "is an existing directory, not a metrics file; choose another run.metrics_file or run.output_dir "
                "(nothing was moved)");
-  EXPECT_EQ(read_file(out() / "m" / "inside" / "keep.txt"), "mine");
+  EXPECT_EQ(dp::testing::read_text_file(out() / "m" / "inside" / "keep.txt"), "mine");
   EXPECT_EQ(std::distance(fs::directory_iterator(out()), fs::directory_iterator()), 1);
 }
 
@@ -229,7 +224,7 @@ TEST_F(Robustness, ASymlinkedMetricsFileIsMovedAsidNotItsTarget) {
   fs::create_symlink(dir_ / "precious.txt", out() / "metrics.jsonl");
   const ProgramResult r = run("--config " + config(""));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(read_file(dir_ / "precious.txt"), "mine");
+  EXPECT_EQ(dp::testing::read_text_file(dir_ / "precious.txt"), "mine");
   EXPECT_FALSE(fs::is_symlink(out() / "metrics.jsonl"));
   int links = 0;
   for (const auto& e : fs::directory_iterator(out())) links += fs::is_symlink(e.symlink_status());

@@ -13,6 +13,7 @@
 #include "launch/cli.h"
 #include "launch/config.h"
 #include "launch/mllog.h"
+#include "common/mllog_recipes.h"
 #include "launch/mllog_checker.h"
 
 namespace dp {
@@ -93,36 +94,9 @@ class Log {
   int64_t now_ = 1'700'000'000'000;
 };
 
-Config lars_config() {
-  return config_from_yaml_string(R"(
-run: {seed: 42, epochs: 37}
-data: {batch_size: 3200}
-optimizer: {name: lars, lr: 11.0, momentum: 0.9, weight_decay: 0.00005}
-schedule: {name: poly, warmup_epochs: 2, min_lr: 0.0001, power: 2}
-loss: {label_smoothing: 0.1}
-)",
-                                 "lars.yaml");
-}
-
-Config sgd_config() {
-  return config_from_yaml_string(R"(
-run: {seed: 1, epochs: 41}
-data: {batch_size: 2048}
-optimizer: {name: sgd, lr: 8.5, momentum: 0.9, weight_decay: 0.0002}
-schedule: {name: poly, warmup_epochs: 5, min_lr: 0.0001, power: 2}
-)",
-                                 "sgd.yaml");
-}
-
-Config lamb_config() {
-  return config_from_yaml_string(R"(
-run: {seed: 9, epochs: 2}
-data: {batch_size: 448}
-optimizer: {name: lamb, lr: 0.000425, betas: [0.9, 0.999], weight_decay: 0.01, eps: 0.000001}
-schedule: {name: linear, warmup_epochs: 0.5}
-)",
-                                 "bert.yaml");
-}
+Config lars_config() { return testing::mllog_lars_config(); }
+Config sgd_config() { return testing::mllog_sgd_config(); }
+Config lamb_config() { return testing::mllog_lamb_config(); }
 
 void log_submission(Log& log, MlBenchmark benchmark) {
   MlSubmission s;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/expect_error.h"
+#include "common/mllog_recipes.h"
 #include "common/run_program.h"
 #include "launch/config.h"
 #include "launch/mllog.h"
@@ -108,17 +109,7 @@ TEST(MllogWriter, RefusesADirectoryAsTheFile) {
   fs::remove_all(dir);
 }
 
-// NVIDIA's 1xDGX H100 v4.0 recipe (MLPERF.md) in dptrain's keys.
-Config lars_config() {
-  return config_from_yaml_string(R"(
-run: {seed: 42, epochs: 37}
-data: {batch_size: 3200}
-optimizer: {name: lars, lr: 11.0, momentum: 0.9, weight_decay: 0.00005}
-schedule: {name: poly, warmup_epochs: 2, min_lr: 0.0001, power: 2}
-loss: {label_smoothing: 0.1}
-)",
-                                 "lars.yaml");
-}
+Config lars_config() { return testing::mllog_lars_config(); }
 
 MlRunFacts imagenet_facts() {
   MlRunFacts f;
@@ -152,13 +143,7 @@ TEST(MllogHyperparameters, ResnetLars) {
 }
 
 TEST(MllogHyperparameters, ResnetSgd) {
-  const Config c = config_from_yaml_string(R"(
-run: {seed: 1, epochs: 41}
-data: {batch_size: 2048}
-optimizer: {name: sgd, lr: 8.5, momentum: 0.9, weight_decay: 0.0002}
-schedule: {name: poly, warmup_epochs: 5, min_lr: 0.0001, power: 2}
-)",
-                                           "sgd.yaml");
+  const Config c = testing::mllog_sgd_config();
   MlRunFacts f = imagenet_facts();
   f.steps_per_epoch = 626;
   f.per_rank_batch = 256;
