@@ -1,4 +1,5 @@
-// 2-D convolution on the CPU as im2col + GEMM.
+// 2-D convolution on the CPU as im2col + GEMM, where oneDNN's convolutions do not take the call
+// (NOTE [ CPU convolution on oneDNN ], dnnl_conv.h).
 //
 // NOTE [ Convolution as chunked GEMM ]
 // Images are processed in chunks: a chunk's column matrices sit side by side, [Cg*KH*KW,
@@ -26,6 +27,7 @@
 #include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/dnnl_conv.h"
 #include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/im2col.h"
 
@@ -258,6 +260,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
     f32.finish();
     return;
   }
+  if (dnnl_conv2d_forward(x, w, bias, y, p, num_threads_)) return;  // NOTE [ CPU convolution on oneDNN ]
   const ConvPlan plan(x, w, y, p, num_threads_);
   dispatch_conv(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -295,6 +298,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
     f32.finish();
     return;
   }
+  if (dnnl_conv2d_backward_input(dy, w, dx, p, num_threads_)) return;
   const ConvPlan plan(dx, w, dy, p, num_threads_);
   dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -333,6 +337,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
     f32.finish();
     return;
   }
+  if (dnnl_conv2d_backward_weight(dy, x, dw, dbias, p, num_threads_)) return;
   const ConvPlan plan(x, dw, dy, p, num_threads_);
   dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
