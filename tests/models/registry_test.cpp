@@ -53,8 +53,11 @@ TEST_F(RegistryTest, ZeroInitResidualReachesTheResNets) {
   spec.name = "resnet50";
   spec.zero_init_residual = true;
   auto model = build_model(spec, cpu, gen);
-  for (const auto& [name, p] : model->named_parameters())
-    if (name.ends_with("bn3.weight")) EXPECT_EQ(p.to_vector<float>(), std::vector<float>(static_cast<size_t>(p.numel()), 0.0f)) << name;
+  for (const auto& [name, p] : model->named_parameters()) {
+    if (name.ends_with("bn3.weight")) {
+      EXPECT_EQ(p.to_vector<float>(), std::vector<float>(static_cast<size_t>(p.numel()), 0.0f)) << name;
+    }
+  }
   spec.name = "small_cnn";
   EXPECT_THROW(build_model(spec, cpu, gen), Error);
   spec.name = "mlp";

@@ -260,7 +260,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
     f32.finish();
     return;
   }
-  if (dnnl_conv2d_forward(x, w, bias, y, p, num_threads_)) return;  // NOTE [ CPU convolution on oneDNN ]
+  if (cpu::dnnl_conv2d_forward(x, w, bias, y, p, num_threads_, conv_)) return;  // NOTE [ CPU convolution on oneDNN ]
   const ConvPlan plan(x, w, y, p, num_threads_);
   dispatch_conv(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -298,7 +298,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
     f32.finish();
     return;
   }
-  if (dnnl_conv2d_backward_input(dy, w, dx, p, num_threads_)) return;
+  if (cpu::dnnl_conv2d_backward_input(dy, w, dx, p, num_threads_, conv_)) return;
   const ConvPlan plan(dx, w, dy, p, num_threads_);
   dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -337,7 +337,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
     f32.finish();
     return;
   }
-  if (dnnl_conv2d_backward_weight(dy, x, dw, dbias, p, num_threads_)) return;
+  if (cpu::dnnl_conv2d_backward_weight(dy, x, dw, dbias, p, num_threads_, conv_)) return;
   const ConvPlan plan(x, dw, dy, p, num_threads_);
   dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);

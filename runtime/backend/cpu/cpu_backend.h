@@ -6,9 +6,11 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cpu/dnnl_conv.h"
 
 namespace dp {
 
@@ -37,11 +39,14 @@ enum class CpuGemm : uint8_t { OpenBlas, Eigen };
 
 class CpuBackend final : public Backend {
  public:
-  // num_threads: OpenMP threads for parallel kernels (and GEMM).
-  explicit CpuBackend(int num_threads = 1, CpuGemm gemm = CpuGemm::OpenBlas);
+  // num_threads: OpenMP threads for parallel kernels (and GEMM). conv: oneDNN or im2col
+  // convolutions (NOTE [ CPU convolution on oneDNN ]); unset: DPTRAIN_CPU_CONV, else auto.
+  explicit CpuBackend(int num_threads = 1, CpuGemm gemm = CpuGemm::OpenBlas,
+                      std::optional<cpu::ConvPath> conv = std::nullopt);
   int num_threads() const { return num_threads_; }
   void set_num_threads(int n);
   CpuGemm gemm_library() const { return gemm_; }
+  cpu::ConvPath conv_path() const { return conv_; }
 
   DeviceType device_type() const override { return DeviceType::CPU; }
   int device_index() const override { return 0; }
@@ -145,6 +150,7 @@ class CpuBackend final : public Backend {
 
   int num_threads_;
   CpuGemm gemm_;
+  cpu::ConvPath conv_;
   CpuBlockCache cache_;
 };
 

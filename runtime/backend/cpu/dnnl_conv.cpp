@@ -24,18 +24,6 @@ using dnnl::memory;
 
 // ---- Which path ---------------------------------------------------------------------------------
 
-ConvPath path_from_env() {
-  const char* v = std::getenv("DPTRAIN_CPU_CONV");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return ConvPath::Auto;
-  if (std::strcmp(v, "im2col") == 0) return ConvPath::Im2col;
-  if (std::strcmp(v, "onednn") == 0 || std::strcmp(v, "dnnl") == 0) return ConvPath::Dnnl;
-  throw Error(detail::concat("DPTRAIN_CPU_CONV must be auto, im2col or onednn, not '", v, "'"));
-}
-
-std::atomic<int>& path_setting() {
-  static std::atomic<int> setting{static_cast<int>(path_from_env())};
-  return setting;
-}
 
 bool plain_layout() {  // DPTRAIN_DNNL_CONV_LAYOUT=plain: primitives on NCHW itself (measuring only)
   static const bool plain = [] {
@@ -273,8 +261,8 @@ bool auto_choice(int64_t pass, const Geometry& g) {
 }
 
 // Runs `pass` on oneDNN when chosen; false when the im2col path should.
-bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1, void* out, void* bias, int threads) {
-  const ConvPath path = conv_path();
+bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1, void* out, void* bias, int threads,
+              ConvPath path) {
   if (path == ConvPath::Im2col) return false;
   if (g.dtype != kFloat32 && !(g.dtype == kBFloat16 && bf16_gemm_available())) return false;
   if (g.N == 0 || g.C == 0 || g.K == 0 || g.OH <= 0 || g.OW <= 0) return false;  // nothing oneDNN can describe
@@ -310,27 +298,32 @@ Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2
 
 }  // namespace
 
-ConvPath conv_path() { return static_cast<ConvPath>(path_setting().load(std::memory_order_relaxed)); }
-void set_conv_path(ConvPath path) { path_setting().store(static_cast<int>(path), std::memory_order_relaxed); }
+ConvPath conv_path_from_environment() {
+  const char* v = std::getenv("DPTRAIN_CPU_CONV");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return ConvPath::Auto;
+  if (std::strcmp(v, "im2col") == 0) return ConvPath::Im2col;
+  if (std::strcmp(v, "onednn") == 0 || std::strcmp(v, "dnnl") == 0) return ConvPath::Dnnl;
+  throw Error(detail::concat("DPTRAIN_CPU_CONV must be auto, im2col or onednn, not '", v, "'"));
+}
 
 bool dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p,
-                         int threads) {
+                         int threads, ConvPath path) {
   const Geometry g = geometry(x, w, y, p, bias.defined());
   return convolve(kForward, g, x.raw_data(), w.raw_data(), y.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
-                  threads);
+                  threads, path);
 }
 
 bool dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
-                                int threads) {
+                                int threads, ConvPath path) {
   const Geometry g = geometry(dx, w, dy, p, false);
-  return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, threads);
+  return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, threads, path);
 }
 
 bool dnnl_conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
-                                 const Conv2dParams& p, int threads) {
+                                 const Conv2dParams& p, int threads, ConvPath path) {
   const Geometry g = geometry(x, dw, dy, p, dbias.defined());
   return convolve(kBackwardWeights, g, x.raw_data(), dy.raw_data(), dw.raw_data(),
-                  dbias.defined() ? dbias.raw_data() : nullptr, threads);
+                  dbias.defined() ? dbias.raw_data() : nullptr, threads, path);
 }
 
 }  // namespace dp::cpu

@@ -23,28 +23,31 @@
 // oneDNN sums in float32 and rounds once into the bfloat16 output or gradient.
 // float64 (oneDNN has none), other dtypes and what oneDNN refuses stay on the im2col path.
 //
-// Which path runs: DPTRAIN_CPU_CONV=auto (default) | im2col | onednn, read once, or
-// set_conv_path() (tests, benchmarks). Under `onednn` a geometry oneDNN cannot do throws; under
-// `auto` it falls back to im2col.
+// Which path runs is the CpuBackend's (its constructor's `conv` argument; by default
+// DPTRAIN_CPU_CONV=auto | im2col | onednn, read when the backend is made, auto when unset: a
+// switch for measuring, as tests and benchmarks pass the path explicitly). Under `onednn` a
+// geometry oneDNN cannot do throws; under `auto` it falls back to im2col.
 #pragma once
+
+#include <cstdint>
 
 #include "runtime/backend/backend.h"
 
 namespace dp::cpu {
 
-enum class ConvPath { Auto, Im2col, Dnnl };
+enum class ConvPath : uint8_t { Auto, Im2col, Dnnl };
 
-ConvPath conv_path();
-void set_conv_path(ConvPath path);  // process-wide; overrides DPTRAIN_CPU_CONV
+// DPTRAIN_CPU_CONV's path (Auto when unset); a dp::Error for another value.
+ConvPath conv_path_from_environment();
 
 // Each returns false when the call is left to the im2col path (dtype, geometry, choice above);
 // true when oneDNN has computed the result. Throws dp::Error naming the op and shapes when
 // oneDNN fails.
 bool dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p,
-                         int threads);
+                         int threads, ConvPath path);
 bool dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
-                                int threads);
+                                int threads, ConvPath path);
 bool dnnl_conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
-                                 const Conv2dParams& p, int threads);
+                                 const Conv2dParams& p, int threads, ConvPath path);
 
 }  // namespace dp::cpu

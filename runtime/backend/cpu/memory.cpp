@@ -18,7 +18,8 @@ namespace dp {
 
 using namespace cpu;
 
-CpuBackend::CpuBackend(int num_threads, CpuGemm gemm) : num_threads_(1), gemm_(gemm) {
+CpuBackend::CpuBackend(int num_threads, CpuGemm gemm, std::optional<cpu::ConvPath> conv)
+    : num_threads_(1), gemm_(gemm), conv_(conv ? *conv : cpu::conv_path_from_environment()) {
   set_num_threads(num_threads);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "runtime/backend/cpu/bf16_gemm.h"
@@ -14,15 +15,6 @@ namespace dp {
 namespace {
 
 using cpu::ConvPath;
-
-class PathScope {
- public:
-  explicit PathScope(ConvPath p) : saved_(cpu::conv_path()) { cpu::set_conv_path(p); }
-  ~PathScope() { cpu::set_conv_path(saved_); }
-
- private:
-  ConvPath saved_;
-};
 
 struct Geo {
   const char* name;
@@ -56,7 +48,7 @@ struct Result {
 // Forward, input gradient and weight (+bias) gradient of g on `path`, in `dtype`, from the same
 // float32 draws (rounded to dtype first when narrower).
 Result run(const Geo& g, int threads, ConvPath path, DType dtype) {
-  CpuBackend backend(threads);
+  CpuBackend backend(threads, CpuGemm::OpenBlas, path);
   Device cpu(&backend);
   Generator gen(11);
   Conv2dParams p;
@@ -69,7 +61,6 @@ Result run(const Geo& g, int threads, ConvPath path, DType dtype) {
   Tensor dy = rand(ys, gen, kFloat32, cpu, -1, 1).to(dtype);
   Tensor y = empty(ys, dtype, cpu), dx = empty(x.shape(), dtype, cpu), dw = empty(w.shape(), dtype, cpu);
   Tensor db = g.bias ? empty({g.K}, dtype, cpu) : Tensor();
-  PathScope scope(path);
   backend.conv2d_forward(x, w, b, y, p);
   backend.conv2d_backward_input(dy, w, dx, p);
   backend.conv2d_backward_weight(dy, x, dw, db, p);
@@ -138,11 +129,19 @@ TEST(CpuDnnlConv, BFloat16MatchesFloat64WithFloat32Accumulation) {
   }
 }
 
-TEST(CpuDnnlConv, PathFromSetting) {
-  PathScope scope(ConvPath::Im2col);
-  EXPECT_EQ(cpu::conv_path(), ConvPath::Im2col);
-  cpu::set_conv_path(ConvPath::Dnnl);
-  EXPECT_EQ(cpu::conv_path(), ConvPath::Dnnl);
+TEST(CpuDnnlConv, PathIsTheBackendsOwn) {
+  EXPECT_EQ(CpuBackend(1, CpuGemm::OpenBlas, ConvPath::Im2col).conv_path(), ConvPath::Im2col);
+  EXPECT_EQ(CpuBackend(1, CpuGemm::OpenBlas, ConvPath::Dnnl).conv_path(), ConvPath::Dnnl);
+  // Unset: DPTRAIN_CPU_CONV (auto when unset), read when the backend is made.
+  const char* saved = std::getenv("DPTRAIN_CPU_CONV");
+  const std::string restore = saved ? saved : "";
+  setenv("DPTRAIN_CPU_CONV", "im2col", 1);
+  EXPECT_EQ(CpuBackend(1).conv_path(), ConvPath::Im2col);
+  setenv("DPTRAIN_CPU_CONV", "fast", 1);
+  EXPECT_THROW(CpuBackend(1), Error);
+  unsetenv("DPTRAIN_CPU_CONV");
+  EXPECT_EQ(CpuBackend(1).conv_path(), ConvPath::Auto);
+  if (saved) setenv("DPTRAIN_CPU_CONV", restore.c_str(), 1);
 }
 
 }  // namespace
