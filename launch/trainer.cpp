@@ -328,7 +328,7 @@ namespace {
 // ended by an error still closes its log.
 struct MllogRun {
   MlLogger log;
-  bool run_started = false, stopped = false;
+  bool stopped = false;
 
   void stop(bool success) {
     if (!log.enabled() || stopped) return;
@@ -493,7 +493,6 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       mllog.log.event(r.key, r.value);
     mllog.log.end(mllog::kInitStop);
     mllog.log.start(mllog::kRunStart);  // the clock starts; no data has been read yet
-    mllog.run_started = true;
   }
   for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
     mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
