@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,6 +43,13 @@ inline Timing time_it(const std::function<void()>& fn, int warmup, int iters) {
   }
   std::sort(ms.begin(), ms.end());
   return {ms[ms.size() / 2], ms.front(), iters};
+}
+
+// One JSON line for a kernel pass: {"name": ..., "pass": ..., "median_ms": ..., "min_ms": ...}.
+inline void print_pass_timing(const char* name, const char* pass, const Timing& t) {
+  std::printf("{\"name\": \"%s\", \"pass\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f}\n", name, pass,
+              t.median_ms, t.min_ms);
+  std::fflush(stdout);
 }
 
 }  // namespace dp::bench

@@ -11,6 +11,8 @@
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 
+using dp::bench::print_pass_timing;
+
 namespace {
 
 struct ConvCase {
@@ -51,12 +53,6 @@ const PoolCase kPools[] = {
 
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) { return (in + 2 * p - k) / s + 1; }
 
-void report(const char* name, const char* pass, const dp::bench::Timing& t) {
-  std::printf("{\"name\": \"%s\", \"pass\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f}\n", name, pass, t.median_ms,
-              t.min_ms);
-  std::fflush(stdout);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,11 +80,11 @@ int main(int argc, char** argv) {
     dp::Tensor y = dp::empty(y_shape, dp::kFloat32, cpu), dy = dp::randn(y_shape, gen, dp::kFloat32, cpu);
     dp::Tensor dx = dp::empty(c.x, dp::kFloat32, cpu), dw = dp::empty(c.w, dp::kFloat32, cpu);
     dp::Tensor db = c.bias ? dp::empty({c.w[0]}, dp::kFloat32, cpu) : dp::Tensor();
-    report(c.name, "forward", dp::bench::time_it([&] { be.conv2d_forward(x, w, b, y, p); }, warmup, iters));
+    print_pass_timing(c.name, "forward", dp::bench::time_it([&] { be.conv2d_forward(x, w, b, y, p); }, warmup, iters));
     if (c.input_grad)
-      report(c.name, "backward_input",
+      print_pass_timing(c.name, "backward_input",
              dp::bench::time_it([&] { be.conv2d_backward_input(dy, w, dx, p); }, warmup, iters));
-    report(c.name, "backward_weight",
+    print_pass_timing(c.name, "backward_weight",
            dp::bench::time_it([&] { be.conv2d_backward_weight(dy, x, dw, db, p); }, warmup, iters));
   }
 
@@ -100,8 +96,8 @@ int main(int argc, char** argv) {
     dp::Tensor x = dp::randn(c.x, gen, dp::kFloat32, cpu), dx = dp::empty(c.x, dp::kFloat32, cpu);
     dp::Tensor y = dp::empty(y_shape, dp::kFloat32, cpu), dy = dp::randn(y_shape, gen, dp::kFloat32, cpu);
     dp::Tensor indices = dp::empty(y_shape, dp::kInt32, cpu);
-    report(c.name, "forward", dp::bench::time_it([&] { be.max_pool2d_forward(x, y, indices, p); }, warmup, iters));
-    report(c.name, "backward", dp::bench::time_it([&] { be.max_pool2d_backward(dy, indices, dx); }, warmup, iters));
+    print_pass_timing(c.name, "forward", dp::bench::time_it([&] { be.max_pool2d_forward(x, y, indices, p); }, warmup, iters));
+    print_pass_timing(c.name, "backward", dp::bench::time_it([&] { be.max_pool2d_backward(dy, indices, dx); }, warmup, iters));
   }
   return 0;
 }

@@ -10,6 +10,8 @@
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 
+using dp::bench::print_pass_timing;
+
 namespace {
 
 struct ConvCase {
@@ -30,12 +32,6 @@ const ConvCase kConvs[] = {
     {"r50.l4.c3", 512, 7, 2048, 1, 1},   {"r50.l4.ds", 1024, 14, 2048, 1, 2}, {"r50.l4.c1b", 2048, 7, 512, 1, 1},
     {"r50.l4.c2", 512, 7, 512, 3, 1},
 };
-
-void report(const char* name, const char* pass, const dp::bench::Timing& t) {
-  std::printf("{\"name\": \"%s\", \"pass\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f}\n", name, pass, t.median_ms,
-              t.min_ms);
-  std::fflush(stdout);
-}
 
 }  // namespace
 
@@ -61,11 +57,11 @@ int main(int argc, char** argv) {
     dp::Tensor w = dp::randn({c.K, c.C, c.k, c.k}, gen, dp::kFloat32, cpu);
     dp::Tensor y = dp::empty({N, c.K, OHW, OHW}, dp::kFloat32, cpu), dy = dp::randn({N, c.K, OHW, OHW}, gen, dp::kFloat32, cpu);
     dp::Tensor dx = dp::empty(x.shape(), dp::kFloat32, cpu), dw = dp::empty(w.shape(), dp::kFloat32, cpu);
-    report(c.name, "forward", dp::bench::time_it([&] { be.conv2d_forward(x, w, dp::Tensor(), y, p); }, opt.warmup, opt.iters));
+    print_pass_timing(c.name, "forward", dp::bench::time_it([&] { be.conv2d_forward(x, w, dp::Tensor(), y, p); }, opt.warmup, opt.iters));
     if (c.C != 3)
-      report(c.name, "backward_input",
+      print_pass_timing(c.name, "backward_input",
              dp::bench::time_it([&] { be.conv2d_backward_input(dy, w, dx, p); }, opt.warmup, opt.iters));
-    report(c.name, "backward_weight",
+    print_pass_timing(c.name, "backward_weight",
            dp::bench::time_it([&] { be.conv2d_backward_weight(dy, x, dw, dp::Tensor(), p); }, opt.warmup, opt.iters));
   }
   return 0;

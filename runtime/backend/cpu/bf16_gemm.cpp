@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/backend/cpu/omp_threads_scope.h"
 #include "runtime/core/error.h"
 
 namespace dp::cpu {
@@ -113,18 +114,6 @@ ThreadCache& thread_cache() {
   thread_local ThreadCache cache;
   return cache;
 }
-
-// Sets this thread's OpenMP team size for the primitive's own parallel regions, and restores it.
-class OmpThreadsScope {
- public:
-  explicit OmpThreadsScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-  ~OmpThreadsScope() { omp_set_num_threads(saved_); }
-  OmpThreadsScope(const OmpThreadsScope&) = delete;
-  OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
 
 template <typename CT>
 void run_gemm(const Bf16GemmArgs& g, CT* C, int threads) {

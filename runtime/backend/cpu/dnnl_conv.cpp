@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "runtime/backend/cpu/bf16_gemm.h"
+#include "runtime/backend/cpu/omp_threads_scope.h"
 #include "runtime/core/error.h"
 
 namespace dp::cpu {
@@ -110,18 +111,6 @@ class Buffer {
   };
   std::unique_ptr<unsigned char, Free> data_;
   size_t size_ = 0;
-};
-
-// Sets this thread's OpenMP team size for the primitive's own parallel regions, and restores it.
-class OmpThreadsScope {
- public:
-  explicit OmpThreadsScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-  ~OmpThreadsScope() { omp_set_num_threads(saved_); }
-  OmpThreadsScope(const OmpThreadsScope&) = delete;
-  OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;
-
- private:
-  int saved_;
 };
 
 class ThreadCache {
