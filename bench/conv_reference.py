@@ -41,6 +41,21 @@ def report(name, pass_, t):
           flush=True)
 
 
+def time_conv(name, xs, ws, s, p, has_bias, input_grad, warmup, iters):
+    """Reports forward, input-gradient (when input_grad) and weight(+bias)-gradient times of a
+    conv2d with input shape xs, weight shape ws, stride s and padding p. Call under no_grad."""
+    x, w = torch.randn(xs), torch.randn(ws)
+    b = torch.randn(ws[0]) if has_bias else None
+    dy = torch.randn_like(F.conv2d(x, w, b, s, p))
+    bias_sizes = [ws[0]] if has_bias else None
+    bwd = lambda mask: torch.ops.aten.convolution_backward(dy, x, w, bias_sizes, [s, s], [p, p], [1, 1], False, [0, 0],
+                                                           1, mask)
+    report(name, "forward", time_ms(lambda: F.conv2d(x, w, b, s, p), warmup, iters))
+    if input_grad:
+        report(name, "backward_input", time_ms(lambda: bwd([True, False, False]), warmup, iters))
+    report(name, "backward_weight", time_ms(lambda: bwd([False, True, has_bias]), warmup, iters))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -49,20 +64,11 @@ def main():
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    conv_bwd = torch.ops.aten.convolution_backward
     with torch.no_grad():
         for name, xs, ws, s, p, has_bias, input_grad in CONVS:
             if not name.startswith(args.only):
                 continue
-            x, w = torch.randn(xs), torch.randn(ws)
-            b = torch.randn(ws[0]) if has_bias else None
-            dy = torch.randn_like(F.conv2d(x, w, b, s, p))
-            bias_sizes = [ws[0]] if has_bias else None
-            bwd = lambda mask: conv_bwd(dy, x, w, bias_sizes, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask)
-            report(name, "forward", time_ms(lambda: F.conv2d(x, w, b, s, p), args.warmup, args.iters))
-            if input_grad:
-                report(name, "backward_input", time_ms(lambda: bwd([True, False, False]), args.warmup, args.iters))
-            report(name, "backward_weight", time_ms(lambda: bwd([False, True, has_bias]), args.warmup, args.iters))
+            time_conv(name, xs, ws, s, p, has_bias, input_grad, args.warmup, args.iters)
         for name, xs, k, s, p in POOLS:
             if not name.startswith(args.only):
                 continue

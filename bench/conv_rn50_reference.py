@@ -5,12 +5,11 @@ timed like bench/conv_reference.py. JSON lines.
   env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/conv_rn50_reference.py --threads 2
 """
 import argparse
-import json
 
 import torch
 import torch.nn.functional as F
 
-from torch_reference import time_ms
+from conv_reference import time_conv
 
 # name, C, HW, K, kernel, stride (as in conv_rn50_bench.cpp)
 CONVS = [
@@ -34,24 +33,12 @@ def main():
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    conv_bwd = torch.ops.aten.convolution_backward
     with torch.no_grad():
         for name, c, hw, k, kernel, s in CONVS:
-            if not name.startswith(args.only):
-                continue
-            p = kernel // 2
-            x, w = torch.randn(8, c, hw, hw), torch.randn(k, c, kernel, kernel)
-            dy = torch.randn_like(F.conv2d(x, w, None, s, p))
-            bwd = lambda mask: conv_bwd(dy, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask)
-            for pass_, fn in [("forward", lambda: F.conv2d(x, w, None, s, p)),
-                              ("backward_input", lambda: bwd([True, False, False])),
-                              ("backward_weight", lambda: bwd([False, True, False]))]:
-                if pass_ == "backward_input" and c == 3:
-                    continue
-                t = time_ms(fn, args.warmup, args.iters)
-                print(json.dumps({"name": name, "pass": pass_, "median_ms": round(t[0], 3), "min_ms": round(t[1], 3)}),
-                      flush=True)
-
+            if name.startswith(args.only):
+                # The stem's input needs no gradient (c == 3), as in conv_rn50_bench.cpp.
+                time_conv(name, (8, c, hw, hw), (k, c, kernel, kernel), s, kernel // 2, False, c != 3, args.warmup,
+                          args.iters)
 
 if __name__ == "__main__":
     main()

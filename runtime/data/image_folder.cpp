@@ -1,5 +1,7 @@
 #include "runtime/data/image_folder.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -30,13 +32,20 @@ DecodeWorker& this_thread_worker() {
   return worker;
 }
 
+// Reads the whole file into `bytes` (its capacity reused from file to file), in one read of
+// the size fstat reports.
 void read_file(const std::string& path, std::vector<uint8_t>& bytes) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw Error(std::string("cannot open it: ") + std::strerror(errno));
-  bytes.clear();
-  uint8_t chunk[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+  struct stat st {};
+  const size_t expected = fstat(fileno(f), &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0;
+  bytes.resize(expected + 1);  // one spare byte: a file that grew is read on below
+  size_t n = std::fread(bytes.data(), 1, bytes.size(), f);
+  while (n == bytes.size()) {
+    bytes.resize(2 * bytes.size());
+    n += std::fread(bytes.data() + n, 1, bytes.size() - n, f);
+  }
+  bytes.resize(n);
   const bool failed = std::ferror(f);
   const int err = errno;
   std::fclose(f);
