@@ -4,11 +4,51 @@
 
 namespace dp {
 
-Batch Batch::prefix(int64_t n) const { return Batch{images.narrow(0, 0, n), labels.narrow(0, 0, n)}; }
+Batch::Batch(std::initializer_list<std::pair<std::string, Tensor>> tensors) {
+  for (const auto& [name, tensor] : tensors) set(name, tensor);
+}
+
+void Batch::set(const std::string& name, Tensor tensor) {
+  DP_CHECK(tensor.defined() && tensor.dim() >= 1, "batch tensor '", name,
+           "' must have a leading batch dimension, got ", tensor.defined() ? tensor.str() : std::string("undefined"));
+  for (auto& [n, t] : tensors_)
+    if (n == name) {
+      t = std::move(tensor);
+      return;
+    }
+  tensors_.emplace_back(name, std::move(tensor));
+}
+
+bool Batch::contains(const std::string& name) const {
+  for (const auto& entry : tensors_)
+    if (entry.first == name) return true;
+  return false;
+}
+
+const Tensor& Batch::operator[](const std::string& name) const {
+  for (const auto& [n, t] : tensors_)
+    if (n == name) return t;
+  throw Error(detail::concat("batch has no tensor '", name, "' (it holds: ", tensors_.empty() ? "nothing" : str(), ")"));
+}
+
+Tensor& Batch::operator[](const std::string& name) {
+  return const_cast<Tensor&>(static_cast<const Batch&>(*this)[name]);
+}
+
+Batch Batch::prefix(int64_t n) const {
+  Batch out;
+  for (const auto& [name, t] : tensors_) out.tensors_.emplace_back(name, t.narrow(0, 0, n));
+  return out;
+}
 
 void Batch::mark_rewritten() const {
-  images.bump_version();
-  labels.bump_version();
+  for (const auto& entry : tensors_) entry.second.bump_version();
+}
+
+std::string Batch::str() const {
+  std::string out;
+  for (const auto& [name, t] : tensors_) out += (out.empty() ? "" : ", ") + name + " " + t.str();
+  return out;
 }
 
 ImageClassificationDataset::ImageClassificationDataset(std::vector<uint8_t> pixels, Shape image_shape,
@@ -55,24 +95,26 @@ int64_t ImageClassificationDataset::label(int64_t index) const {
 Batch ImageClassificationDataset::allocate_batch(int64_t capacity, Device device) const {
   Shape images_shape{capacity};
   images_shape.insert(images_shape.end(), image_shape_.begin(), image_shape_.end());
-  return Batch{Tensor::empty(images_shape, kFloat32, device), Tensor::empty({capacity}, kInt64, device)};
+  return Batch{{kImages, Tensor::empty(images_shape, kFloat32, device)}, {kLabels, Tensor::empty({capacity}, kInt64, device)}};
 }
 
 void ImageClassificationDataset::fill_batch(std::span<const int64_t> indices, int64_t /*epoch*/,
                                             const Batch& out) const {
+  const Tensor& out_images = out[kImages];
+  const Tensor& out_labels = out[kLabels];
   // out.images float32 [B, C, H, W], out.labels int64 [B]
   const int64_t batch = static_cast<int64_t>(indices.size());
   Shape images_shape{batch};
   images_shape.insert(images_shape.end(), image_shape_.begin(), image_shape_.end());
-  DP_CHECK(out.images.device().is_cpu() && out.images.dtype() == kFloat32 && out.images.shape() == images_shape &&
-               out.images.is_contiguous(),
+  DP_CHECK(out_images.device().is_cpu() && out_images.dtype() == kFloat32 && out_images.shape() == images_shape &&
+               out_images.is_contiguous(),
            description_, ": fill_batch needs contiguous float32 images ", shape_str(images_shape), " on the CPU, got ",
-           out.images.str());
-  DP_CHECK(out.labels.device().is_cpu() && out.labels.dtype() == kInt64 && out.labels.shape() == Shape{batch} &&
-               out.labels.is_contiguous(),
-           description_, ": fill_batch needs contiguous int64 labels [", batch, "] on the CPU, got ", out.labels.str());
-  float* images = out.images.data<float>();
-  int64_t* labels = out.labels.data<int64_t>();
+           out_images.str());
+  DP_CHECK(out_labels.device().is_cpu() && out_labels.dtype() == kInt64 && out_labels.shape() == Shape{batch} &&
+               out_labels.is_contiguous(),
+           description_, ": fill_batch needs contiguous int64 labels [", batch, "] on the CPU, got ", out_labels.str());
+  float* images = out_images.data<float>();
+  int64_t* labels = out_labels.data<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t index = indices[b];
     check_index(index);

@@ -13,17 +13,40 @@
 
 namespace dp {
 
-// One batch of samples; the leading dimension of every tensor is the batch.
-struct Batch {
-  Tensor images;  // float32 [B, C, H, W], or uint8 [B, H, W, C] (ClassificationDataset::model_input)
-  Tensor labels;  // int64 [B]
+// Names of the tensors an image-classification batch holds (sequence models add their own).
+inline constexpr const char* kImages = "images";  // float32 [B, C, H, W], or uint8 [B, H, W, C] (model_input)
+inline constexpr const char* kLabels = "labels";  // int64 [B]
 
-  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+// One batch of samples as named tensors, kept in the order they were added; the leading
+// dimension of every tensor is the batch. The loader, the uploader and the trainer handle a batch
+// by its tensors, whatever their names: a model's input and target are the only places that
+// read particular names.
+class Batch {
+ public:
+  Batch() = default;
+  Batch(std::initializer_list<std::pair<std::string, Tensor>> tensors);
+
+  // Adds `name`, or replaces the tensor of that name in its place.
+  void set(const std::string& name, Tensor tensor);
+  bool contains(const std::string& name) const;
+  // The tensor called `name`; a dp::Error naming the tensors the batch does hold otherwise.
+  const Tensor& operator[](const std::string& name) const;
+  Tensor& operator[](const std::string& name);
+  const std::vector<std::pair<std::string, Tensor>>& tensors() const { return tensors_; }
+  std::vector<std::pair<std::string, Tensor>>& tensors() { return tensors_; }
+
+  // Samples in the batch: the leading dimension (0 for a batch without tensors).
+  int64_t size() const { return tensors_.empty() ? 0 : tensors_.front().second.size(0); }
   // The first n samples of every tensor, as views (no copy).
   Batch prefix(int64_t n) const;
   // Bumps the tensors' version counters after the buffers were rewritten, so that a tensor
   // saved for backward from an earlier batch in the same buffers is reported as stale.
   void mark_rewritten() const;
+  // "images uint8 [4, 32, 32, 3], labels int64 [4]", for messages.
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 
 class Dataset {

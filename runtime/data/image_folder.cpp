@@ -103,21 +103,23 @@ int64_t RgbImageDataset::sample_bytes() const {
 
 Batch RgbImageDataset::allocate_batch(int64_t capacity, Device device) const {
   const int64_t s = transform_.output_size();
-  return Batch{Tensor::empty({capacity, s, s, 3}, kUInt8, device), Tensor::empty({capacity}, kInt64, device)};
+  return Batch{{kImages, Tensor::empty({capacity, s, s, 3}, kUInt8, device)}, {kLabels, Tensor::empty({capacity}, kInt64, device)}};
 }
 
 void RgbImageDataset::fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const {
+  const Tensor& out_images = out[kImages];
+  const Tensor& out_labels = out[kLabels];
   const int64_t batch = static_cast<int64_t>(indices.size());
   const int64_t s = transform_.output_size(), image_bytes = s * s * 3;
-  DP_CHECK(out.images.device().is_cpu() && out.images.dtype() == kUInt8 && out.images.shape() == Shape({batch, s, s, 3}) &&
-               out.images.is_contiguous(),
+  DP_CHECK(out_images.device().is_cpu() && out_images.dtype() == kUInt8 && out_images.shape() == Shape({batch, s, s, 3}) &&
+               out_images.is_contiguous(),
            description(), ": fill_batch needs contiguous uint8 images [", batch, ", ", s, ", ", s, ", 3] on the CPU, got ",
-           out.images.str());
-  DP_CHECK(out.labels.device().is_cpu() && out.labels.dtype() == kInt64 && out.labels.shape() == Shape{batch} &&
-               out.labels.is_contiguous(),
-           description(), ": fill_batch needs contiguous int64 labels [", batch, "] on the CPU, got ", out.labels.str());
-  uint8_t* images = out.images.data<uint8_t>();
-  int64_t* labels = out.labels.data<int64_t>();
+           out_images.str());
+  DP_CHECK(out_labels.device().is_cpu() && out_labels.dtype() == kInt64 && out_labels.shape() == Shape{batch} &&
+               out_labels.is_contiguous(),
+           description(), ": fill_batch needs contiguous int64 labels [", batch, "] on the CPU, got ", out_labels.str());
+  uint8_t* images = out_images.data<uint8_t>();
+  int64_t* labels = out_labels.data<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
     DP_CHECK(indices[b] >= 0 && indices[b] < size(), description(), ": sample index ", indices[b],
              " is outside [0, ", size(), ")");

@@ -35,13 +35,12 @@ class LoaderState {
       : dataset(dataset), capacity(capacity), slots(static_cast<size_t>(num_slots)) {
     for (Slot& slot : slots) {
       slot.buffers = dataset.allocate_batch(capacity, device);
-      DP_CHECK(slot.buffers.size() == capacity && slot.buffers.images.device().is_cpu(),
-               "DataLoader: the dataset allocated a batch of ", slot.buffers.size(), " samples on ",
-               slot.buffers.images.device().str(), ", expected ", capacity, " on the CPU");
-      if (host_allocator) {  // same shapes in the caller's memory (pinned, for GPU uploads)
-        slot.buffers.images = host_allocator(slot.buffers.images.shape(), slot.buffers.images.dtype());
-        slot.buffers.labels = host_allocator(slot.buffers.labels.shape(), slot.buffers.labels.dtype());
-      }
+      for (const auto& [name, t] : slot.buffers.tensors())
+        DP_CHECK(t.size(0) == capacity && t.device().is_cpu(), "DataLoader: the dataset allocated its batch tensor '",
+                 name, "' as ", t.str(), ", expected ", capacity, " samples on the CPU");
+      DP_CHECK(!slot.buffers.tensors().empty(), "DataLoader: the dataset allocated a batch without tensors");
+      if (host_allocator)  // same shapes in the caller's memory (pinned, for GPU uploads)
+        for (auto& [name, t] : slot.buffers.tensors()) t = host_allocator(t.shape(), t.dtype());
       slot.current = slot.buffers;
     }
   }
@@ -111,8 +110,7 @@ LoadedBatch& LoadedBatch::operator=(LoadedBatch&& other) noexcept {
 
 void LoadedBatch::release() noexcept {
   if (!state_) return;
-  images = Tensor();
-  labels = Tensor();
+  tensors().clear();
   state_->release(slot_);
   state_.reset();
 }

@@ -51,7 +51,7 @@ class LoadedBatch : public Batch {
   ~LoadedBatch() { release(); }
 
   int64_t index() const { return index_; }  // position in the epoch
-  // Returns the buffers to the loader now; the tensors become undefined.
+  // Returns the buffers to the loader now; the batch is then empty (no tensors).
   void release() noexcept;
 
  private:

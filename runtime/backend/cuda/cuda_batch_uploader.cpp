@@ -45,9 +45,9 @@ class CudaBatchUploader final : public BatchUploader {
   }
 
   Batch upload(const Batch& host) override {
-    DP_CHECK(host.images.device().is_cpu() && host.labels.device().is_cpu() && host.images.is_contiguous() &&
-                 host.labels.is_contiguous(),
-             "batch upload: expected contiguous CPU tensors, got ", host.images.str(), " and ", host.labels.str());
+    for (const auto& [name, t] : host.tensors())
+      DP_CHECK(t.device().is_cpu() && t.is_contiguous(), "batch upload: expected contiguous CPU tensors, got '", name,
+               "' ", t.str());
     DP_CUDA_CHECK(index_, cudaSetDevice(index_));
     cudaStream_t compute = gpu_.stream();
     // Everything queued so far on the compute stream includes the step that trained on the
@@ -63,16 +63,18 @@ class CudaBatchUploader final : public BatchUploader {
       // New device buffers come from the pool on the compute stream: order the copy stream
       // after their allocation. (Old buffers are freed on the compute stream, which already
       // waited for every copy into them.)
-      slot.buffers = Batch{Tensor::empty(host.images.shape(), host.images.dtype(), device_),
-                           Tensor::empty(host.labels.shape(), host.labels.dtype(), device_)};
+      slot.buffers = Batch{};
+      for (const auto& [name, t] : host.tensors()) slot.buffers.set(name, Tensor::empty(t.shape(), t.dtype(), device_));
       DP_CUDA_CHECK(index_, cudaEventRecord(copy_done_, compute));
       DP_CUDA_CHECK(index_, cudaStreamWaitEvent(copy_stream_, copy_done_, 0));
     }
     const Batch out = host.size() == slot.buffers.size() ? slot.buffers : slot.buffers.prefix(host.size());
-    for (const auto& [dst, src] : {std::pair{out.images, host.images}, std::pair{out.labels, host.labels}}) {
+    for (size_t i = 0; i < host.tensors().size(); ++i) {
+      const Tensor& src = host.tensors()[i].second;
+      const Tensor& dst = out.tensors()[i].second;
       DP_CUDA_CHECK(index_,
                     cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice, copy_stream_),
-                    "batch upload of ", src.str());
+                    "batch upload of '", host.tensors()[i].first, "' ", src.str());
     }
     DP_CUDA_CHECK(index_, cudaEventRecord(copy_done_, copy_stream_));
     DP_CUDA_CHECK(index_, cudaStreamWaitEvent(compute, copy_done_, 0));
@@ -92,14 +94,20 @@ class CudaBatchUploader final : public BatchUploader {
     bool marked = false;                 // compute_done has been recorded at least once
   };
 
-  // The slot's buffers hold `host` (same per-sample shape and dtypes, at least as many samples).
+  // The slot's buffers hold `host`: the same names in the same order, each with the same
+  // per-sample shape and dtype and at least as many samples.
   static bool fits(const Batch& buffers, const Batch& host) {
-    if (!buffers.images.defined()) return false;
-    const Shape& have = buffers.images.shape();
-    const Shape& want = host.images.shape();
-    return have.size() == want.size() && std::equal(have.begin() + 1, have.end(), want.begin() + 1) &&
-           have[0] >= want[0] && buffers.images.dtype() == host.images.dtype() &&
-           buffers.labels.dtype() == host.labels.dtype();
+    if (buffers.tensors().size() != host.tensors().size()) return false;
+    for (size_t i = 0; i < host.tensors().size(); ++i) {
+      const auto& [have_name, have_t] = buffers.tensors()[i];
+      const auto& [want_name, want_t] = host.tensors()[i];
+      const Shape& have = have_t.shape();
+      const Shape& want = want_t.shape();
+      if (have_name != want_name || have_t.dtype() != want_t.dtype() || have.size() != want.size() ||
+          !std::equal(have.begin() + 1, have.end(), want.begin() + 1) || have[0] < want[0])
+        return false;
+    }
+    return true;
   }
 
   void release() noexcept {

@@ -13,7 +13,7 @@ Batch host_batch(Device cpu, int64_t n, float first) {
   std::vector<int64_t> labels(static_cast<size_t>(n));
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = first + static_cast<float>(i);
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i) % 3;
-  return Batch{from_vector<float>(pixels, {n, 1, 2, 2}, cpu), from_vector<int64_t>(labels, {n}, cpu)};
+  return Batch{{kImages, from_vector<float>(pixels, {n, 1, 2, 2}, cpu)}, {kLabels, from_vector<int64_t>(labels, {n}, cpu)}};
 }
 
 TEST(BatchUploader, CpuTrainsOnTheLoadersBuffers) {
@@ -22,8 +22,8 @@ TEST(BatchUploader, CpuTrainsOnTheLoadersBuffers) {
   EXPECT_FALSE(uploader->host_allocator());
   const Batch host = host_batch(runtime.cpu(), 3, 0.f);
   const Batch out = uploader->upload(host);
-  EXPECT_TRUE(out.images.same(host.images));
-  EXPECT_TRUE(out.labels.same(host.labels));
+  EXPECT_TRUE(out[kImages].same(host[kImages]));
+  EXPECT_TRUE(out[kLabels].same(host[kLabels]));
   uploader->release_host_buffers();
 }
 
@@ -38,20 +38,20 @@ TEST(BatchUploader, GpuCopiesThroughPinnedSlots) {
   std::vector<Batch> on_device;
   for (int i = 0; i < 3; ++i) {
     const Batch src = host_batch(cpu, 4, 100.f * static_cast<float>(i));
-    Batch host{pinned(src.images.shape(), kFloat32), pinned(src.labels.shape(), kInt64)};
-    host.images.copy_(src.images);
-    host.labels.copy_(src.labels);
+    Batch host{{kImages, pinned(src[kImages].shape(), kFloat32)}, {kLabels, pinned(src[kLabels].shape(), kInt64)}};
+    host[kImages].copy_(src[kImages]);
+    host[kLabels].copy_(src[kLabels]);
     const Batch out = uploader->upload(host);
     uploader->release_host_buffers();
-    EXPECT_TRUE(out.images.device() == gpu);
-    EXPECT_EQ(out.images.to(cpu).to_vector<float>(), src.images.to_vector<float>()) << "upload " << i;
-    EXPECT_EQ(out.labels.to(cpu).to_vector<int64_t>(), src.labels.to_vector<int64_t>()) << "upload " << i;
+    EXPECT_TRUE(out[kImages].device() == gpu);
+    EXPECT_EQ(out[kImages].to(cpu).to_vector<float>(), src[kImages].to_vector<float>()) << "upload " << i;
+    EXPECT_EQ(out[kLabels].to(cpu).to_vector<int64_t>(), src[kLabels].to_vector<int64_t>()) << "upload " << i;
   }
   const Batch small = host_batch(cpu, 2, 7.f);
   const Batch out = uploader->upload(small);  // pageable source: still correct, just not asynchronous
   uploader->release_host_buffers();
-  EXPECT_EQ(out.images.shape(), (Shape{2, 1, 2, 2}));
-  EXPECT_EQ(out.images.to(cpu).to_vector<float>(), small.images.to_vector<float>());
+  EXPECT_EQ(out[kImages].shape(), (Shape{2, 1, 2, 2}));
+  EXPECT_EQ(out[kImages].to(cpu).to_vector<float>(), small[kImages].to_vector<float>());
 }
 
 }  // namespace

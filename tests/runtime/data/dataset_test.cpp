@@ -4,6 +4,7 @@
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/data/fashion_mnist.h"
+#include "runtime/ops/creation.h"
 
 namespace dp {
 namespace {
@@ -25,6 +26,35 @@ class ImageDatasetTest : public ::testing::Test {
   Device cpu{&backend};
 };
 
+// A batch is named tensors: kept in insertion order, replaced in place, looked up by name (an
+// unknown name is an error naming what the batch holds), cut to a prefix together.
+TEST_F(ImageDatasetTest, BatchHoldsNamedTensorsInOrder) {
+  Batch b{{"input_ids", zeros({4, 6}, kInt64, cpu)}, {kLabels, zeros({4}, kInt64, cpu)}};
+  b.set("attention_mask", ones({4, 6}, kFloat32, cpu));
+  b.set("input_ids", ones({4, 6}, kInt64, cpu));  // replaced where it was
+  ASSERT_EQ(b.tensors().size(), 3u);
+  EXPECT_EQ(b.tensors()[0].first, "input_ids");
+  EXPECT_EQ(b.tensors()[1].first, kLabels);
+  EXPECT_EQ(b.tensors()[2].first, "attention_mask");
+  EXPECT_EQ(b["input_ids"].to_vector<int64_t>()[0], 1);
+  EXPECT_EQ(b.size(), 4);
+  EXPECT_TRUE(b.contains(kLabels));
+  EXPECT_FALSE(b.contains(kImages));
+  try {
+    (void)b[kImages];
+    ADD_FAILURE() << "a missing tensor was found";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch has no tensor 'images' (it holds: input_ids"), std::string::npos)
+        << e.what();
+  }
+  const Batch head = b.prefix(2);
+  EXPECT_EQ(head.size(), 2);
+  EXPECT_EQ(head["attention_mask"].shape(), (Shape{2, 6}));
+  EXPECT_EQ(head["input_ids"].raw_data(), b["input_ids"].raw_data());  // a view, not a copy
+  EXPECT_THROW(b.set("scalar", zeros({}, kFloat32, cpu)), Error);  // no batch dimension
+  EXPECT_EQ(Batch{}.size(), 0);
+}
+
 TEST_F(ImageDatasetTest, NormalisationTableMatchesFormula) {
   const Normalization norm{0.2860, 0.3530};
   const ImageClassificationDataset data = make(1, norm);
@@ -39,24 +69,24 @@ TEST_F(ImageDatasetTest, FillsNormalisedBatchInGivenOrder) {
   const Normalization norm{0.5, 0.25};
   const ImageClassificationDataset data = make(6, norm);
   const Batch buffers = data.allocate_batch(4, cpu);
-  EXPECT_EQ(buffers.images.shape(), (Shape{4, 1, 2, 3}));
-  EXPECT_EQ(buffers.labels.shape(), (Shape{4}));
-  EXPECT_EQ(buffers.images.dtype(), kFloat32);
-  EXPECT_EQ(buffers.labels.dtype(), kInt64);
+  EXPECT_EQ(buffers[kImages].shape(), (Shape{4, 1, 2, 3}));
+  EXPECT_EQ(buffers[kLabels].shape(), (Shape{4}));
+  EXPECT_EQ(buffers[kImages].dtype(), kFloat32);
+  EXPECT_EQ(buffers[kLabels].dtype(), kInt64);
 
   const std::vector<int64_t> indices{5, 0, 2};
   const Batch batch = buffers.prefix(3);
-  const void* base = buffers.images.raw_data();
+  const void* base = buffers[kImages].raw_data();
   data.fill_batch(indices, 0, batch);
-  EXPECT_EQ(batch.images.raw_data(), base);  // written in place
-  const std::vector<float> images = batch.images.to_vector<float>();
+  EXPECT_EQ(batch[kImages].raw_data(), base);  // written in place
+  const std::vector<float> images = batch[kImages].to_vector<float>();
   for (size_t b = 0; b < indices.size(); ++b) {
     for (int p = 0; p < 6; ++p) {
       const double pixel = 40.0 * indices[b] + p;
       EXPECT_FLOAT_EQ(images[b * 6 + p], static_cast<float>((pixel / 255.0 - 0.5) / 0.25)) << b << "," << p;
     }
   }
-  EXPECT_EQ(batch.labels.to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 2}));
+  EXPECT_EQ(batch[kLabels].to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 2}));
 }
 
 TEST_F(ImageDatasetTest, RejectsBadIndexAndBuffers) {
@@ -64,7 +94,7 @@ TEST_F(ImageDatasetTest, RejectsBadIndexAndBuffers) {
   const Batch buffers = data.allocate_batch(2, cpu);
   EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 4}, 0, buffers), Error);
   EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0}, 0, buffers), Error);  // buffers hold 2, not 1
-  const Batch wrong{Tensor::empty({2, 6}, kFloat32, cpu), buffers.labels};
+  const Batch wrong{{kImages, Tensor::empty({2, 6}, kFloat32, cpu)}, {kLabels, buffers[kLabels]}};
   EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 1}, 0, wrong), Error);
   try {
     data.fill_batch(std::vector<int64_t>{-1, 0}, 0, buffers);
@@ -84,9 +114,9 @@ TEST_F(ImageDatasetTest, PrefixAndRewriteShareVersion) {
   const ImageClassificationDataset data = make(2, {});
   const Batch buffers = data.allocate_batch(2, cpu);
   const Batch head = buffers.prefix(1);
-  const uint64_t before = buffers.images.version();
+  const uint64_t before = buffers[kImages].version();
   head.mark_rewritten();
-  EXPECT_GT(buffers.images.version(), before);
+  EXPECT_GT(buffers[kImages].version(), before);
 }
 
 }  // namespace

@@ -145,10 +145,10 @@ TEST_F(ImageFolderTest, TrainAugmentationDependsOnSeedEpochAndIndexOnly) {
     loader.begin_epoch(4);
     std::vector<uint8_t> all;
     while (std::optional<LoadedBatch> b = loader.next()) {
-      ASSERT_EQ(b->images.dtype(), kUInt8);
-      ASSERT_EQ(b->images.shape(), (Shape{b->size(), 24, 24, 3}));
-      all.insert(all.end(), b->images.data<uint8_t>(), b->images.data<uint8_t>() + b->images.numel());
-      const std::vector<int64_t> labels = b->labels.to_vector<int64_t>();
+      ASSERT_EQ((*b)[kImages].dtype(), kUInt8);
+      ASSERT_EQ((*b)[kImages].shape(), (Shape{b->size(), 24, 24, 3}));
+      all.insert(all.end(), (*b)[kImages].data<uint8_t>(), (*b)[kImages].data<uint8_t>() + (*b)[kImages].numel());
+      const std::vector<int64_t> labels = (*b)[kLabels].to_vector<int64_t>();
       for (int64_t j = 0; j < b->size(); ++j) EXPECT_EQ(labels[j], data.label(b->index() * 3 + j));
     }
     seen.push_back(all);
@@ -170,9 +170,9 @@ TEST_F(ImageFolderTest, ModelInputIsNormalisedFloatNchw) {
   t.std = {0.5, 0.25, 2.0};
   const ImageFolder data((root / "train").string(), t);
   Batch batch = data.allocate_batch(2, cpu);
-  uint8_t* p = batch.images.data<uint8_t>();
-  for (int64_t i = 0; i < batch.images.numel(); ++i) p[i] = static_cast<uint8_t>(i * 37 % 256);
-  const Tensor x = data.model_input(batch.images);
+  uint8_t* p = batch[kImages].data<uint8_t>();
+  for (int64_t i = 0; i < batch[kImages].numel(); ++i) p[i] = static_cast<uint8_t>(i * 37 % 256);
+  const Tensor x = data.model_input(batch[kImages]);
   ASSERT_EQ(x.dtype(), kFloat32);
   ASSERT_EQ(x.shape(), (Shape{2, 3, 24, 24}));
   const std::vector<float> v = x.contiguous().to_vector<float>();
@@ -234,9 +234,9 @@ TEST_F(ImageFolderTest, BadFilesNameTheFileOrAreSkippedAndCounted) {
   const ImageFolder lenient((root / "train").string(), small_transform(true), /*skip_bad_files=*/true);
   Batch four = lenient.allocate_batch(4, cpu);
   lenient.fill_batch(std::vector<int64_t>{1, 2, 3, 4}, 0, four);
-  EXPECT_EQ(four.labels.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(four[kLabels].to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1, 1}));
   lenient.fill_batch(std::vector<int64_t>{4, 3, 0, 1}, 1, four);
-  EXPECT_EQ(four.labels.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 1}));
+  EXPECT_EQ(four[kLabels].to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 1}));
   EXPECT_EQ(lenient.skipped_files(), 4);
   EXPECT_NE(lenient.first_skipped().find("1_truncated.jpg"), std::string::npos) << lenient.first_skipped();
 }
@@ -261,10 +261,10 @@ TEST(SyntheticImagesTest, DeterministicImagesAndLabelsInRange) {
   Batch a = data.allocate_batch(5, cpu), b = data.allocate_batch(5, cpu);
   data.fill_batch(std::vector<int64_t>{0, 1, 2, 3, 99}, 0, a);
   data.fill_batch(std::vector<int64_t>{0, 1, 2, 3, 99}, 3, b);
-  EXPECT_EQ(a.images.to_vector<uint8_t>(), b.images.to_vector<uint8_t>());
-  EXPECT_EQ(a.labels.to_vector<int64_t>(), b.labels.to_vector<int64_t>());
-  for (int64_t label : a.labels.to_vector<int64_t>()) EXPECT_TRUE(label >= 0 && label < 7);
-  EXPECT_NE(a.images.narrow(0, 0, 1).to_vector<uint8_t>(), a.images.narrow(0, 1, 1).to_vector<uint8_t>());
+  EXPECT_EQ(a[kImages].to_vector<uint8_t>(), b[kImages].to_vector<uint8_t>());
+  EXPECT_EQ(a[kLabels].to_vector<int64_t>(), b[kLabels].to_vector<int64_t>());
+  for (int64_t label : a[kLabels].to_vector<int64_t>()) EXPECT_TRUE(label >= 0 && label < 7);
+  EXPECT_NE(a[kImages].narrow(0, 0, 1).to_vector<uint8_t>(), a[kImages].narrow(0, 1, 1).to_vector<uint8_t>());
   EXPECT_THROW(data.fill_batch(std::vector<int64_t>{0, 1, 2, 3, 100}, 0, a), Error);
 }
 

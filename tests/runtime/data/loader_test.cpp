@@ -90,7 +90,7 @@ TEST_P(LoaderTest, HostAllocatorProvidesEveryBuffer) {
   int64_t seen = 0;
   while (std::optional<LoadedBatch> batch = loader.next()) {
     bool from_allocator = false;
-    for (const Tensor& t : allocated) from_allocator = from_allocator || t.storage() == batch->images.storage();
+    for (const Tensor& t : allocated) from_allocator = from_allocator || t.storage() == (*batch)[kImages].storage();
     EXPECT_TRUE(from_allocator) << "batch " << batch->index();
     seen += batch->size();
   }
@@ -110,9 +110,9 @@ TEST_P(LoaderTest, OrderEqualsSamplerOrderOverEpochs) {
       ASSERT_LT(b, plan.num_batches());
       EXPECT_EQ(batch->index(), b);
       const std::span<const int64_t> expected = plan.batch(b);
-      EXPECT_EQ(batch->labels.to_vector<int64_t>(), std::vector<int64_t>(expected.begin(), expected.end()));
-      EXPECT_EQ(batch->images.shape(), (Shape{static_cast<int64_t>(expected.size()), 1, 1, 2}));
-      const std::vector<float> images = batch->images.to_vector<float>();
+      EXPECT_EQ((*batch)[kLabels].to_vector<int64_t>(), std::vector<int64_t>(expected.begin(), expected.end()));
+      EXPECT_EQ((*batch)[kImages].shape(), (Shape{static_cast<int64_t>(expected.size()), 1, 1, 2}));
+      const std::vector<float> images = (*batch)[kImages].to_vector<float>();
       for (size_t i = 0; i < expected.size(); ++i) {
         EXPECT_EQ(images[2 * i], data.normalized(static_cast<uint8_t>(expected[i] % 256)));
         EXPECT_EQ(images[2 * i + 1], data.normalized(static_cast<uint8_t>(expected[i] / 256)));
@@ -146,7 +146,7 @@ TEST_P(LoaderTest, ReusesItsBuffers) {
   std::set<const void*> buffers;
   for (int64_t epoch : {0, 1}) {
     loader.begin_epoch(epoch);
-    while (auto batch = loader.next()) buffers.insert(batch->images.raw_data());
+    while (auto batch = loader.next()) buffers.insert((*batch)[kImages].raw_data());
   }
   EXPECT_LE(buffers.size(), 3u);
 }
@@ -159,7 +159,7 @@ TEST_P(LoaderTest, RewrittenBufferMarksOldTensorStale) {
   uint64_t version = 0;
   {
     auto first = loader.next();
-    kept = first->images;  // a reference past the batch's lifetime, as a saved tensor would be
+    kept = (*first)[kImages];  // a reference past the batch's lifetime, as a saved tensor would be
     version = kept.version();
   }
   for (int i = 0; i < 3; ++i) loader.next();
@@ -212,7 +212,7 @@ TEST_P(LoaderTest, EarlyDestructionMidEpoch) {
     loader.next();
   }  // threads stop mid-fill and join
   ASSERT_TRUE(survivor.has_value());
-  EXPECT_EQ(survivor->labels.numel(), 8);  // still readable after the loader is gone
+  EXPECT_EQ((*survivor)[kLabels].numel(), 8);  // still readable after the loader is gone
   survivor.reset();
 
   { DataLoader never_started(slow, shuffled_batches(512, 8), cpu, options()); }
@@ -233,7 +233,7 @@ TEST_P(LoaderTest, BeginEpochMidEpochRestarts) {
   auto batch = loader.next();
   ASSERT_TRUE(batch.has_value());
   EXPECT_EQ(batch->index(), 0);
-  EXPECT_EQ(batch->labels.to_vector<int64_t>(), std::vector<int64_t>(plan.batch(0).begin(), plan.batch(0).end()));
+  EXPECT_EQ((*batch)[kLabels].to_vector<int64_t>(), std::vector<int64_t>(plan.batch(0).begin(), plan.batch(0).end()));
 }
 
 TEST_P(LoaderTest, FillsWithoutRecordingAutograd) {
@@ -242,7 +242,7 @@ TEST_P(LoaderTest, FillsWithoutRecordingAutograd) {
   ASSERT_TRUE(GradMode::enabled());
   DataLoader loader(probe, shuffled_batches(40, 4), cpu, options());
   loader.begin_epoch(0);
-  while (auto batch = loader.next()) EXPECT_FALSE(batch->images.requires_grad());
+  while (auto batch = loader.next()) EXPECT_FALSE((*batch)[kImages].requires_grad());
   EXPECT_FALSE(probe.grad_mode_seen.load());
   EXPECT_TRUE(GradMode::enabled());  // the caller's mode is untouched (num_threads = 0 fills here)
 }

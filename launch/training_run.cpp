@@ -1,0 +1,290 @@
+#include "launch/training_run.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "models/registry.h"
+#include "optim/clip_grad.h"
+#include "optim/registry.h"
+#include "runtime/autograd/autocast.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops/creation.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/loss.h"
+#include "runtime/ops/reduce.h"
+
+namespace dp {
+
+namespace {
+
+// a x b, or a dp::Error saying what overflowed.
+int64_t checked_product(int64_t a, int64_t b, const char* what) {
+  int64_t out = 0;
+  DP_CHECK(!__builtin_mul_overflow(a, b, &out), what, " (", a, " x ", b, ") overflows a 64-bit count");
+  return out;
+}
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// NOTE [ Preflight ]
+// Everything that would make a run train on nothing, never evaluate, wrap a count or allocate
+// more than the machine has is checked here, before any buffer is allocated or step taken: a
+// mistake costs seconds and names the keys to change, instead of a run that "succeeds" on zero
+// steps or an out-of-memory kill with no message.
+DataPlan plan_data(const Config& config, const ClassificationDataset& train_set, const ClassificationDataset& test_set,
+                   int world_size) {
+  const DataConfig& d = config.data;
+  const int64_t n = train_set.size();
+  DP_CHECK(n > 0, "the training set (", train_set.description(), ") has no samples: there is nothing to train on");
+  DP_CHECK(test_set.size() > 0, "the test set (", test_set.description(), ") has no samples: the run could not be "
+           "evaluated");
+  DP_CHECK(config.model.num_classes >= train_set.num_classes(), "model.num_classes is ", config.model.num_classes,
+           " but ", config.data.dataset, " has ", train_set.num_classes(), " classes (labels 0..",
+           train_set.num_classes() - 1, "): set model.num_classes to at least ", train_set.num_classes());
+  DataPlan plan;
+  plan.per_rank_batch = d.batch_size / world_size;
+  // DistributedSampler's shard (PyTorch's semantics): padded up to a multiple of the world size,
+  // or cut down with drop_last.
+  plan.shard_size = world_size == 1 ? n : d.drop_last ? n / world_size : n / world_size + (n % world_size != 0);
+  plan.steps_per_epoch = d.drop_last ? plan.shard_size / plan.per_rank_batch
+                                     : plan.shard_size / plan.per_rank_batch + (plan.shard_size % plan.per_rank_batch != 0);
+  if (plan.steps_per_epoch == 0) {
+    std::ostringstream os;
+    os << "data.batch_size " << d.batch_size;
+    if (world_size > 1) os << " (" << plan.per_rank_batch << " per rank on " << world_size << " ranks)";
+    os << " is larger than the " << plan.shard_size << " training samples "
+       << (world_size > 1 ? "of each rank's shard " : "") << "and data.drop_last is true, so an epoch has no full "
+       << "batch and the run would train on nothing: lower data.batch_size to at most "
+       << plan.shard_size * world_size << " or set data.drop_last: false";
+    throw Error(os.str());
+  }
+  plan.total_steps = checked_product(config.run.epochs, plan.steps_per_epoch, "run.epochs x steps per epoch");
+  if (config.run.max_steps > 0) plan.total_steps = std::min(plan.total_steps, config.run.max_steps);
+
+  // The loaders' buffers: (prefetch + 1) batches each, of at most the samples the split has.
+  const int64_t slots = d.prefetch + 1;
+  const double train_bytes = static_cast<double>(std::min(plan.per_rank_batch, plan.shard_size)) *
+                             static_cast<double>(train_set.sample_bytes()) * slots;
+  const double test_bytes = static_cast<double>(std::min(d.eval_batch_size, test_set.size())) *
+                            static_cast<double>(test_set.sample_bytes()) * slots;
+  const double memory = physical_memory_bytes();
+  if (memory > 0 && train_bytes + test_bytes > memory / 2) {
+    char text[400];
+    std::snprintf(text, sizeof text,
+                  "the data loaders' batch buffers would take %.1f GiB (data.batch_size %lld, data.eval_batch_size "
+                  "%lld, data.prefetch %lld: (prefetch + 1) batches each), more than half of this machine's %.1f "
+                  "GiB of memory: lower data.prefetch or the batch sizes",
+                  (train_bytes + test_bytes) / 1073741824.0, static_cast<long long>(d.batch_size),
+                  static_cast<long long>(d.eval_batch_size), static_cast<long long>(d.prefetch),
+                  memory / 1073741824.0);
+    throw Error(text);
+  }
+  return plan;
+}
+
+// The training loader of a distributed run takes this rank's shard (disjoint across ranks each
+// epoch) in batches of batch_size / world_size; evaluation takes this rank's part in order.
+std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig& d, Device cpu, bool train,
+                                        uint64_t seed, HostAllocator host_allocator, int rank, int world_size) {
+  std::unique_ptr<Sampler> sampler;
+  if (train && world_size > 1) {
+    DistributedSamplerOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.shuffle = d.shuffle;
+    o.seed = seed;
+    o.drop_last = d.drop_last;
+    sampler = std::make_unique<DistributedSampler>(dataset.size(), o);
+  } else if (train && d.shuffle) {
+    sampler = std::make_unique<RandomSampler>(dataset.size(), seed);
+  } else {
+    sampler = std::make_unique<SequentialSampler>(dataset.size(), rank, world_size);
+  }
+  const int64_t batch = train ? d.batch_size / world_size : d.eval_batch_size;
+  auto batches = std::make_unique<FixedSizeBatchSampler>(std::move(sampler), batch, train && d.drop_last);
+  DataLoaderOptions options;
+  options.num_threads = static_cast<int>(d.loader_threads);
+  options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
+  options.host_allocator = std::move(host_allocator);
+  return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
+}
+
+std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_per_epoch) {
+  const ScheduleConfig& s = config.schedule;
+  LrScheduleOptions o;
+  o.base_lr = config.optimizer.lr;
+  o.total_steps = config.run.epochs * steps_per_epoch;
+  o.warmup_steps = static_cast<int64_t>(std::llround(s.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  o.gamma = s.gamma;
+  o.min_lr = s.min_lr;
+  o.power = s.power;
+  for (double e : s.step_epochs) o.milestones.push_back(static_cast<int64_t>(std::llround(e * steps_per_epoch)));
+  return make_lr_schedule(s.name, o);
+}
+
+}  // namespace
+
+Tensor ClassificationObjective::training_loss(nn::Module& model, const Batch& batch) const {
+  const Tensor logits = model.forward(train_.model_input(batch[kImages]));  // uint8 → normalised on the device
+  return cross_entropy(logits, batch[kLabels], Reduction::Mean, -100, label_smoothing_);  // float32 (autocast)
+}
+
+std::pair<Tensor, Tensor> ClassificationObjective::eval_sums(nn::Module& model, const Batch& batch) const {
+  const Tensor logits = model.forward(eval_.model_input(batch[kImages]));
+  const Tensor& labels = batch[kLabels];
+  Tensor loss = cross_entropy(logits, labels, Reduction::Sum).to(kFloat64);
+  Tensor hits = equal(argmax(logits, -1).to(kFloat32), labels.to(kFloat32));
+  return {loss, sum(hits).to(kFloat64)};
+}
+
+std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world) {
+  auto run = std::make_unique<TrainingRun>();
+  TrainingRun& r = *run;
+
+  // ---- World ----
+  r.device = runtime.device(world.device.empty() ? config.run.device : world.device);
+  r.cpu = runtime.cpu();
+  r.group = world.group;
+  r.world_size = world.group ? world.group->size() : 1;
+  r.rank = world.group ? world.group->rank() : 0;
+  if (r.world_size > 1) {
+    DP_CHECK(config.data.batch_size % r.world_size == 0, "data.batch_size ", config.data.batch_size,
+             " is the global batch and must be divisible by the world size ", r.world_size, " (each rank takes ",
+             "batch_size / world_size); choose a multiple of ", r.world_size);
+    DP_CHECK(r.device.is_cpu() || (world.device_group != nullptr && world.device_group->size() == r.world_size),
+             "train: ", r.device.str(), " on ", r.world_size, " ranks needs a process group for GPU tensors (NCCL) "
+             "over the same ranks");
+  }
+  r.model_group = r.device.is_cpu() ? world.group : world.device_group;
+
+  // ---- Data ----
+  r.data = make_datasets(config);  // data.dataset (launch/datasets.h)
+  r.plan = plan_data(config, r.train_set(), r.eval_set(), r.world_size);  // NOTE [ Preflight ]
+  r.train_uploader = make_batch_uploader(r.device, r.cpu);
+  r.eval_uploader = make_batch_uploader(r.device, r.cpu);
+  r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
+                               r.train_uploader->host_allocator(), r.rank, r.world_size);
+  r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,
+                              r.eval_uploader->host_allocator(), r.rank, r.world_size);
+  // No begin_epoch here: the loader would start reading training data before run_start.
+  const int64_t steps_per_epoch = r.train_loader->num_batches();
+  DP_CHECK(steps_per_epoch == r.plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,
+           " steps per epoch, the preflight ", r.plan.steps_per_epoch);
+
+  // ---- Model ----
+  Generator init_gen(config.run.seed);
+  ModelSpec spec;
+  spec.name = config.model.name;
+  spec.num_classes = config.model.num_classes;
+  spec.in_channels = r.train_set().input_shape()[0];
+  spec.image_size = r.train_set().input_shape()[1];
+  spec.mlp_hidden = config.model.mlp_hidden;
+  spec.dropout = config.model.dropout;
+  spec.zero_init_residual = config.model.zero_init_residual;
+  r.model = build_model(spec, r.device, init_gen);
+  r.model->train();
+  if (r.world_size > 1) {
+    broadcast_model_from_rank0(*r.model, *r.model_group);
+    ReducerOptions ro;
+    ro.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mb * (1 << 20));
+    ro.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
+    ro.find_unused_parameters = config.distributed.find_unused_parameters;
+    if (config.distributed.grad_dtype == "bf16") ro.wire_dtype = kBFloat16;
+    r.reducer = std::make_unique<Reducer>(r.model->named_parameters(), *r.model_group, ro);
+  }
+  r.parameters = r.model->parameters();
+  for (const Tensor& p : r.parameters) r.num_parameters += p.numel();
+
+  // ---- Optimiser, schedule, loss scaling, objective ----
+  r.optimizer = make_optimizer(config.optimizer, r.model->named_parameters(),
+                               OptimizerContext{world.group, r.cpu, static_cast<int>(config.run.threads)});
+  r.schedule = make_schedule(config, steps_per_epoch);
+  // NOTE [ Schedule clock ] (optim/lr_schedule.h): on the device, advanced only by applied steps
+  // when schedule.count_skipped_steps is false.
+  r.clock = std::make_unique<ScheduleClock>(*r.schedule, config.run.epochs * steps_per_epoch, r.device,
+                                            config.schedule.count_skipped_steps);
+  // NOTE [ Loss scaling on the device ] (optim/grad_scaler.h): on for fp16 unless loss_scale.enabled
+  // says otherwise, off for fp32 and bf16 unless it says so.
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = config.loss_scaling();
+  scaler_options.init_scale = config.loss_scale.init_scale;
+  scaler_options.growth_factor = config.loss_scale.growth_factor;
+  scaler_options.backoff_factor = config.loss_scale.backoff_factor;
+  scaler_options.growth_interval = config.loss_scale.growth_interval;
+  r.scaler = std::make_unique<GradScaler>(r.device, scaler_options);
+  // run.precision: forward and loss under autocast (NOTE [ Autocast policy ]); backward follows
+  // the dtypes the forward chose; parameters, gradients and optimiser state stay float32.
+  r.autocast = autocast_dtype_of(config.run.precision);
+  r.clip_grad_norm = config.optimizer.clip_grad_norm;
+  r.objective = std::make_unique<ClassificationObjective>(r.train_set(), r.eval_set(), config.loss.label_smoothing);
+  return run;
+}
+
+StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profiler) {
+  StepStats stats;
+  stats.samples = batch.size();
+  const Tensor& lr = run.clock->next_lr();  // on the device: NOTE [ Schedule clock ]
+  profiler.begin(Phase::Forward);
+  {
+    AutocastGuard amp(run.autocast);
+    stats.loss = run.objective->training_loss(*run.model, batch);
+  }
+  profiler.begin(Phase::Backward);
+  if (run.reducer) run.reducer->prepare_for_backward(/*sync=*/true);
+  run.scaler->scale(stats.loss).backward();
+  if (run.reducer) {
+    profiler.begin(Phase::Comm);
+    stats.comm = run.reducer->finish();
+  }
+  profiler.begin(Phase::Optimizer);
+  // Loss scaling: the gradients are unscaled after the all-reduce (every rank then takes the
+  // same decision) and before clipping (which sees the true norm). A gradient overflow (a
+  // non-finite value found by the scaler, or a non-finite global norm when clipping) sets the
+  // step's found_inf and the optimiser's kernels skip the update; the schedule clock and the
+  // skip counters read the same verdict, all on the device (NOTE [ Device-resident optimiser
+  // step ] in optim/optimizer.h). Skips are counted, and read between steps.
+  GradScaler& scaler = *run.scaler;
+  scaler.unscale(run.parameters);
+  if (run.clip_grad_norm > 0) clip_grad_norm_on_device_(run.parameters, run.clip_grad_norm, scaler.found_inf());
+  scaler.step(*run.optimizer, lr);
+  run.clock->step_done(scaler.found_inf());
+  scaler.update();
+  run.optimizer->zero_grad(/*set_to_none=*/true);
+  profiler.end();
+  profiler.step_done();
+  return stats;
+}
+
+Evaluation evaluate(TrainingRun& run) {
+  NoGradGuard no_grad;
+  AutocastGuard amp(run.autocast);
+  run.model->eval();
+  run.eval_loader->begin_epoch(0);
+  Tensor loss_sum = zeros({}, kFloat64, run.device), correct = zeros({}, kFloat64, run.device);
+  int64_t count = 0;
+  while (std::optional<LoadedBatch> batch = run.eval_loader->next()) {
+    const Batch on_device = run.eval_uploader->upload(*batch);
+    const auto [loss, hits] = run.objective->eval_sums(*run.model, on_device);
+    loss_sum = add(loss_sum, loss);
+    correct = add(correct, hits);
+    count += batch->size();
+    run.eval_uploader->release_host_buffers();
+  }
+  run.model->train();
+  std::vector<double> totals{loss_sum.item<double>(), correct.item<double>(), static_cast<double>(count)};
+  if (run.group && run.group->size() > 1) {
+    Tensor t = from_vector<double>(totals, {3}, run.cpu);
+    run.group->all_reduce(t, CollectiveReduce::Sum)->wait();
+    totals = t.to_vector<double>();
+  }
+  DP_CHECK(totals[2] > 0, "evaluation: the test set gave no batches");
+  return {totals[0] / totals[2], totals[1] / totals[2]};
+}
+
+}  // namespace dp

@@ -1,0 +1,130 @@
+// A training run as objects: what build_run() makes from a Config (world, device, data, model,
+// optimiser, schedule, loss scaler, reducer) and train_step(), one optimiser step on one batch.
+// The loop around them (epochs, evaluation, reports, MLLOG) is launch/trainer.cpp.
+//
+// NOTE [ Run builder ]
+// build_run() is the one place that turns a resolved Config into live objects, in an order that
+// matters: datasets before loaders (loaders read them), the model before the reducer (buckets are
+// views of its gradients) and the optimiser, the schedule once the loader knows the steps per
+// epoch. Everything a mistake in the config could break is checked first (NOTE [ Preflight ]),
+// so that a bad recipe fails in seconds naming its keys. Nothing here reads training data: a run's
+// MLLOG clock (run_start) may start after build_run() returns.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/ddp/reducer.h"
+#include "comm/process_group.h"
+#include "launch/config.h"
+#include "launch/datasets.h"
+#include "launch/step_profiler.h"
+#include "optim/grad_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "runtime/core/runtime.h"
+#include "runtime/data/batch_uploader.h"
+#include "runtime/data/loader.h"
+#include "runtime/nn/module.h"
+
+namespace dp {
+
+// Who takes part in the run and where it trains.
+struct RunWorld {
+  // MPI, CPU tensors; null or size 1: one process.
+  ProcessGroup* group = nullptr;
+  // The GPU run's group for the model's tensors (NCCL over the same ranks); null on the CPU.
+  ProcessGroup* device_group = nullptr;
+  // This rank's device (comm/world.h device_for_rank); empty: config.run.device.
+  std::string device;
+};
+
+// How the epoch is cut: samples this rank visits, its batch, steps.
+struct DataPlan {
+  int64_t shard_size = 0;  // training samples this rank visits per epoch
+  int64_t per_rank_batch = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;  // epochs x steps, capped by run.max_steps
+};
+
+// What a model is trained and evaluated on, as a function of a batch's named tensors: today
+// image classification (kImages → logits, cross-entropy against kLabels).
+class ClassificationObjective {
+ public:
+  ClassificationObjective(const ClassificationDataset& train, const ClassificationDataset& eval,
+                          double label_smoothing)
+      : train_(train), eval_(eval), label_smoothing_(label_smoothing) {}
+  // The mean training loss of the batch (float32 [], on the device).
+  Tensor training_loss(nn::Module& model, const Batch& batch) const;
+  // Sums over the batch, float64 [] on the device: loss (no smoothing) and correct predictions.
+  std::pair<Tensor, Tensor> eval_sums(nn::Module& model, const Batch& batch) const;
+
+ private:
+  const ClassificationDataset& train_;  // each split turns its own batches into model input
+  const ClassificationDataset& eval_;
+  double label_smoothing_;
+};
+
+// Members are declared in build order and destroyed in reverse (NOTE [ Run builder ]).
+struct TrainingRun {
+  // ---- World ----
+  Device device, cpu;
+  int rank = 0, world_size = 1;
+  ProcessGroup* group = nullptr;        // MPI (CPU tensors); null for one process
+  ProcessGroup* model_group = nullptr;  // the model's tensors: `group` on the CPU, NCCL on a GPU
+  // ---- Data ----
+  TrainAndEvalData data;
+  DataPlan plan;
+  std::unique_ptr<BatchUploader> train_uploader, eval_uploader;  // NOTE [ Batch upload ]
+  std::unique_ptr<DataLoader> train_loader, eval_loader;
+  // ---- Model and its training ----
+  std::shared_ptr<nn::Module> model;
+  std::vector<Tensor> parameters;
+  int64_t num_parameters = 0;
+  std::unique_ptr<Reducer> reducer;  // distributed runs only
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrSchedule> schedule;
+  std::unique_ptr<ScheduleClock> clock;  // NOTE [ Schedule clock ]: the lr lives on the device
+  std::unique_ptr<GradScaler> scaler;    // NOTE [ Loss scaling on the device ]
+  std::unique_ptr<ClassificationObjective> objective;
+  DType autocast = kFloat32;  // run.precision (NOTE [ Autocast policy ])
+  double clip_grad_norm = 0;  // optimizer.clip_grad_norm; 0: off
+
+  const ClassificationDataset& train_set() const { return *data.train; }
+  const ClassificationDataset& eval_set() const { return *data.eval; }
+};
+
+// Builds every part of a run from `config` (NOTE [ Run builder ]). In a distributed run every
+// rank calls it; the model is broadcast from rank 0. Throws dp::Error naming config keys.
+std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world);
+
+// What one step did. The loss stays on the device (reading it would sync); the communication
+// figures are host-clock (MPI) and absent in one-process runs.
+struct StepStats {
+  Tensor loss;  // float32 [], this rank's mean over its batch
+  int64_t samples = 0;  // this rank's
+  std::optional<ReducerStepStats> comm;
+};
+
+// One optimiser step on `batch` (already on run.device): forward under autocast, scaled
+// backward with the bucket all-reduces overlapped, unscale + non-finite check, clipping,
+// optimiser and schedule — all decided on the device (NOTE [ Device-resident optimiser step ]).
+// `profiler`'s phases are begun here: forward, backward, comm, optimizer.
+StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profiler);
+
+// Loss and accuracy over the evaluation set, NaN when not evaluated.
+struct Evaluation {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The evaluation set, without autograd and with the model in eval mode (train mode after), in
+// the run's precision. Each rank evaluates its shard; the sums stay on the device until the end
+// and are added over the ranks (one read, not one per batch).
+Evaluation evaluate(TrainingRun& run);
+
+}  // namespace dp
