@@ -444,7 +444,8 @@ Section<DistributedConfig> distributed_section() {
            field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs)),
            field("timeout_s", &DistributedConfig::timeout_s, watchdog_timeout()),
            field("check_agreement", &DistributedConfig::check_agreement, boolean()),
-           field("grad_dtype", &DistributedConfig::grad_dtype, one_of(kGradDtypes))},
+           field("grad_dtype", &DistributedConfig::grad_dtype, one_of(kGradDtypes)),
+           field("sync_batchnorm", &DistributedConfig::sync_batchnorm, boolean())},
           nullptr};
 }
 

@@ -151,6 +151,7 @@ struct DistributedConfig {
   double timeout_s = 300;              // watchdog: a collective stuck this long aborts every rank (0: off)
   bool check_agreement = true;         // ranks compare each collective's fingerprint before running it
   std::string grad_dtype = "fp32";     // gradients on the wire: fp32 | bf16 (PyTorch's bf16_compress_hook)
+  bool sync_batchnorm = false;         // BatchNorm statistics over the global batch (nn.SyncBatchNorm)
 };
 
 // The autocast dtype run.precision names: kFloat32 (off), kBFloat16 or kFloat16.

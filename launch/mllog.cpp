@@ -224,9 +224,9 @@ void add_resnet(std::vector<MlRecord>& r, const Config& config, const MlRunFacts
     add(r, "sgd_opt_weight_decay", weight_decay);
   }
   // The reference logs the BatchNorm span with either optimiser; the SGD rules require it.
-  DP_CHECK(facts.per_rank_batch > 0, "MLLOG resnet hyperparameters: per_rank_batch (model_bn_span) must be positive, ",
-           "got ", facts.per_rank_batch);
-  add(r, "model_bn_span", facts.per_rank_batch);
+  DP_CHECK(facts.bn_span > 0, "MLLOG resnet hyperparameters: bn_span (model_bn_span) must be positive, got ",
+           facts.bn_span);
+  add(r, "model_bn_span", facts.bn_span);
   add(r, "label_smoothing", config.loss.label_smoothing);
 }
 

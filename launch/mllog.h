@@ -181,8 +181,8 @@ std::vector<MlRecord> mllog_submission_records(const MlSubmission& submission);
 // What the hyperparameter records need that the Config does not say.
 struct MlRunFacts {
   int64_t steps_per_epoch = 0;  // optimiser steps per epoch (the trainer's plan)
-  int64_t per_rank_batch = 0;   // samples one BatchNorm layer normalises over: model_bn_span
-                                // (dptrain has no synchronised BatchNorm)
+  int64_t bn_span = 0;          // samples one BatchNorm layer normalises over: model_bn_span (the
+                                // per-rank batch, or the global one with distributed.sync_batchnorm)
   int64_t train_samples = 0;    // the training set's size
   int64_t eval_samples = 0;     // the evaluation set's size
   int64_t gradient_accumulation_steps = 1;  // dptrain steps once per batch

@@ -484,7 +484,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   if (mllog.log.enabled()) {
     MlRunFacts facts;
     facts.steps_per_epoch = steps_per_epoch;
-    facts.per_rank_batch = run.plan.per_rank_batch;
+    facts.bn_span = config.distributed.sync_batchnorm ? config.data.batch_size : run.plan.per_rank_batch;
     facts.train_samples = run.train_set().size();
     facts.eval_samples = run.eval_set().size();
     for (const MlRecord& r : mllog_hyperparameters(parse_mllog_benchmark(config.logging.benchmark), config, facts))

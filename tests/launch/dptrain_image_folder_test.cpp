@@ -148,7 +148,7 @@ TEST(ResNet50Recipes, HyperparametersPassTheMlperfRules) {
       log.start(dp::mllog::kInitStart);
       dp::MlRunFacts facts;
       facts.steps_per_epoch = 1'281'167 / config.data.batch_size + 1;
-      facts.per_rank_batch = config.data.batch_size / 8;
+      facts.bn_span = config.data.batch_size / 8;
       facts.train_samples = 1'281'167;
       facts.eval_samples = 50'000;
       for (const dp::MlRecord& r : dp::mllog_hyperparameters(dp::MlBenchmark::kResnet, config, facts))

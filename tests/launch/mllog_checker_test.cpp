@@ -115,7 +115,7 @@ Log resnet_log(const Config& config = lars_config()) {
   log.start(mllog::kInitStart);
   MlRunFacts facts;
   facts.steps_per_epoch = 401;
-  facts.per_rank_batch = config.data.batch_size / 8;
+  facts.bn_span = config.data.batch_size / 8;
   facts.train_samples = 1281167;
   facts.eval_samples = 50000;
   log.events(mllog_hyperparameters(MlBenchmark::kResnet, config, facts));
@@ -141,7 +141,7 @@ Log bert_log() {
   log.start(mllog::kInitStart);
   MlRunFacts facts;
   facts.steps_per_epoch = 3350;
-  facts.per_rank_batch = 56;
+  facts.bn_span = 56;
   facts.train_samples = 1500000;
   facts.eval_samples = 10000;
   log.events(mllog_hyperparameters(MlBenchmark::kBert, lamb_config(), facts));
@@ -198,7 +198,7 @@ TEST(MllogChecker, AFileTheLoggerWrotePasses) {
     log.start(mllog::kInitStart);
     MlRunFacts facts;
     facts.steps_per_epoch = 401;
-    facts.per_rank_batch = 400;
+    facts.bn_span = 400;
     facts.train_samples = 1281167;
     facts.eval_samples = 50000;
     for (const MlRecord& r : mllog_hyperparameters(MlBenchmark::kResnet, lars_config(), facts))

@@ -114,7 +114,7 @@ Config lars_config() { return testing::mllog_lars_config(); }
 MlRunFacts imagenet_facts() {
   MlRunFacts f;
   f.steps_per_epoch = 401;  // ceil(1281167 / 3200)
-  f.per_rank_batch = 400;   // 8 ranks
+  f.bn_span = 400;   // 8 ranks, BatchNorm per rank
   f.train_samples = 1281167;
   f.eval_samples = 50000;
   return f;
@@ -146,7 +146,7 @@ TEST(MllogHyperparameters, ResnetSgd) {
   const Config c = testing::mllog_sgd_config();
   MlRunFacts f = imagenet_facts();
   f.steps_per_epoch = 626;
-  f.per_rank_batch = 256;
+  f.bn_span = 256;
   const std::vector<MlRecord> expected = {
       {"seed", uint64_t{1}},
       {"global_batch_size", int64_t{2048}},
@@ -178,7 +178,7 @@ schedule: {name: linear, warmup_epochs: 0.5, power: 3}
                                            "bert.yaml");
   MlRunFacts f;
   f.steps_per_epoch = 3350;
-  f.per_rank_batch = 56;
+  f.bn_span = 56;
   f.train_samples = 1500000;
   f.eval_samples = 10000;
   const std::vector<MlRecord> expected = {
