@@ -211,7 +211,8 @@ TEST_F(SyncBatchNormTest, DdpTrainingMatchesOneProcessWithTheWholeBatch) {
     Generator gen(21);
     auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
         std::make_shared<nn::Conv2d>(3, 4, 3, cpu_, gen), std::make_shared<nn::BatchNorm2d>(4, cpu_),
-        std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(4 * 4 * 4, 3, cpu_, gen)});
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>(),
+        std::make_shared<nn::Linear>(4 * 4 * 4, 3, cpu_, gen)});
     model->train();
     return model;
   };
