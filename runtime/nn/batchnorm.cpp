@@ -31,6 +31,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     num_batches_tracked.fill_(static_cast<double>(++batches_tracked_));
     tracked_version_ = num_batches_tracked.version();
   }
+  if (is_training() && synchronizer_)
+    return synchronizer_->batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps);
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }
 

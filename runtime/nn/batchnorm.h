@@ -1,9 +1,29 @@
 // Batch normalisation over NCHW, as torch.nn.BatchNorm2d (running statistics always tracked).
 #pragma once
 
+#include <memory>
+
 #include "runtime/nn/module.h"
 
 namespace dp::nn {
+
+// NOTE [ Synchronised batch statistics ]
+// In data-parallel training each rank's BatchNorm2d sees only its shard of the batch, so plain
+// batch statistics differ from the ones a single process would compute over the whole batch.
+// A BatchNorm2d given a synchroniser hands its training-mode normalisation to it, which computes
+// the statistics of the global batch (torch.nn.SyncBatchNorm; comm/ddp/sync_batch_norm.h
+// implements it over a process group). The module keeps its parameters, buffers and names, so
+// checkpoints and the DDP reducer see no difference; eval mode never calls the synchroniser
+// (it normalises with the running statistics, no communication).
+class BatchNormSynchronizer {
+ public:
+  virtual ~BatchNormSynchronizer() = default;
+  // The contract of dp::batch_norm with training = true (runtime/ops/norm.h), over x [N, C, H, W],
+  // but with mean and variance of the batch across all ranks: running stats updated in place.
+  virtual Tensor batch_norm_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& running_mean, const Tensor& running_var, double momentum,
+                                     double eps) = 0;
+};
 
 class BatchNorm2d : public Module {
  public:
@@ -14,6 +34,11 @@ class BatchNorm2d : public Module {
   // x [N, C, H, W] → same shape. Training: batch statistics, running stats updated in place
   // (running = (1 - momentum)·running + momentum·batch, unbiased variance). Eval: running stats.
   Tensor forward(const Tensor& x) override;
+
+  // NOTE [ Synchronised batch statistics ]: training-mode forwards go through `sync` when set;
+  // nullptr returns to per-process statistics.
+  void set_synchronizer(std::shared_ptr<BatchNormSynchronizer> sync) { synchronizer_ = std::move(sync); }
+  const std::shared_ptr<BatchNormSynchronizer>& synchronizer() const { return synchronizer_; }
 
   const int64_t num_features;
   const double eps, momentum;
@@ -27,6 +52,7 @@ class BatchNorm2d : public Module {
   // broadcast from rank 0), and the mirror is re-read once from the device.
   int64_t batches_tracked_ = 0;
   uint64_t tracked_version_ = 0;
+  std::shared_ptr<BatchNormSynchronizer> synchronizer_;
 };
 
 }  // namespace dp::nn
