@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<dp::MpiEnvironment> mpi;
   std::unique_ptr<dp::ProcessGroup> gpu_group;  // NCCL, for the gradients of a GPU run
   std::unique_ptr<dp::MpiProcessGroup> group;
+  std::unique_ptr<dp::ProcessGroup> batch_norm_group;  // distributed.sync_batchnorm
   try {
     const dp::Config config = dp::load_config(args.config_path, args.overrides);
     if (args.print_config) {
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
       dp::NcclProcessGroupOptions nccl_options;
       nccl_options.timeout = timeout;
       gpu_group = std::make_unique<dp::NcclProcessGroup>(*mpi, runtime.device(device), nccl_options);
+      if (config.distributed.sync_batchnorm)
+        batch_norm_group = std::make_unique<dp::NcclProcessGroup>(*mpi, runtime.device(device), nccl_options);
 #else
       throw dp::Error("data-parallel training on " + device +
                       " needs the NCCL process group, and this build has none (NCCL was not found at configure "
@@ -108,6 +111,9 @@ int main(int argc, char** argv) {
       options.check_agreement = config.distributed.check_agreement;
       group = std::make_unique<dp::MpiProcessGroup>(*mpi, options);
       dp::check_same_config_on_every_rank(config, *group, runtime.cpu());
+      // NOTE [ Dedicated group for batch statistics ] (comm/ddp/sync_batch_norm.h)
+      if (config.distributed.sync_batchnorm && !batch_norm_group)
+        batch_norm_group = std::make_unique<dp::MpiProcessGroup>(*mpi, options);
     }
     // Only rank 0 prints and writes files.
     dp::Console console(rank == 0 ? stdout : nullptr, rank == 0 && redraw_progress(launcher, env));
@@ -121,13 +127,15 @@ int main(int argc, char** argv) {
     }
     const dp::StopSignals stop_signals;  // NOTE [ Stopping on a signal ]
     dp::TrainReport report =
-        dp::train(config, runtime, console, metrics.get(), group.get(), device, gpu_group.get(), &stop_signals);
+        dp::train(config, runtime, console, metrics.get(),
+                  dp::RunWorld{group.get(), gpu_group.get(), device, batch_norm_group.get()}, &stop_signals);
     char line[400];
     std::snprintf(line, sizeof line, "%s: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   report.stop_signal ? dp::StopSignals::name(report.stop_signal) : "done",
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
                   static_cast<unsigned long long>(report.model_digest), metrics ? metrics->path().c_str() : "-");
     console.line(line);
+    batch_norm_group.reset();
     group.reset();
     gpu_group.reset();
     // A run a signal stopped exits as a process that signal killed would (128 + N), so that

@@ -212,7 +212,10 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
     os << "\ndata-parallel over " << run.world_size << " ranks (" << run.group->backend_name() << "): batch "
        << run.plan.per_rank_batch << " per rank, " << run.reducer->buckets().size() << " gradient buckets"
        << (run.model_group != run.group ? std::string(" (") + run.model_group->backend_name() + ")" : "")
-       << (config.distributed.grad_dtype == "bf16" ? ", sent as bf16" : "");
+       << (config.distributed.grad_dtype == "bf16" ? ", sent as bf16" : "")
+       << (config.distributed.sync_batchnorm ? "; BatchNorm statistics over the global batch (" +
+                                                   std::to_string(run.synchronised_batchnorms) + " layers)"
+                                             : std::string());
   console.line(os.str());
   if (metrics)
     metrics->write({{"event", "start"}, {"model", config.model.name}, {"parameters", run.num_parameters},
@@ -586,15 +589,13 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
 }  // namespace
 
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
-                  ProcessGroup* group, const std::string& device, ProcessGroup* device_group,
-                  const StopSignals* stop_signals) {
+                  const RunWorld& world, const StopSignals* stop_signals) {
   int64_t step = 0;
   MllogRun mllog;
-  if (!config.logging.mllog.empty() && (!group || group->rank() == 0))
+  if (!config.logging.mllog.empty() && (!world.group || world.group->rank() == 0))
     mllog.log = MlLogger((std::filesystem::path(config.run.output_dir) / config.logging.mllog).string());
   try {
-    return run_training(config, runtime, console, metrics, RunWorld{group, device_group, device}, stop_signals, mllog,
-                        step);
+    return run_training(config, runtime, console, metrics, world, stop_signals, mllog, step);
   } catch (const std::exception& e) {
     try {
       mllog.stop(false);  // aborted

@@ -11,6 +11,7 @@
 #include "launch/console.h"
 #include "launch/metrics_log.h"
 #include "launch/stop_signals.h"
+#include "launch/training_run.h"
 #include "comm/process_group.h"
 #include "runtime/core/runtime.h"
 
@@ -45,18 +46,17 @@ struct TrainReport {
   uint64_t model_digest = 0;
 };
 
-// Runs config's recipe on `runtime`; `metrics` may be null. With a `group` of more than one rank
-// the run is data-parallel (NOTE [ Distributed runs ] in trainer.cpp); every rank calls train().
-// `device` is this rank's (comm/world.h device_for_rank); empty means config.run.device.
-// `group` takes CPU tensors (MPI); a GPU run's gradients, weights and buffers go through
-// `device_group` (NCCL over the same ranks), required when the device is a GPU and the world
-// has more than one rank. With `stop_signals`, a SIGTERM/SIGINT ends the run after the step in
-// progress (NOTE [ Stopping on a signal ] in launch/stop_signals.h; report.stop_signal says so).
+// Runs config's recipe on `runtime`; `metrics` may be null. With a `world.group` of more than
+// one rank the run is data-parallel (NOTE [ Distributed runs ] in trainer.cpp); every rank calls
+// train(). `world.group` takes CPU tensors (MPI); a GPU run's gradients, weights and buffers go
+// through `world.device_group` (NCCL over the same ranks), required when the device is a GPU and
+// the world has more than one rank; distributed.sync_batchnorm needs `world.batch_norm_group`.
+// With `stop_signals`, a SIGTERM/SIGINT ends the run after the step in progress (NOTE [ Stopping
+// on a signal ] in launch/stop_signals.h; report.stop_signal says so).
 // Throws dp::Error on bad input and on divergence (NOTE [ Divergence checks ] in trainer.cpp);
 // the metrics log then ends with an `end` record whose reason is "error".
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
-                  ProcessGroup* group = nullptr, const std::string& device = "",
-                  ProcessGroup* device_group = nullptr, const StopSignals* stop_signals = nullptr);
+                  const RunWorld& world = {}, const StopSignals* stop_signals = nullptr);
 
 // Checks that every rank of `group` resolved the same configuration (one all-gather of a hash);
 // a dp::Error naming the ranks that differ from rank 0 otherwise.

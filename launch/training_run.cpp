@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "comm/ddp/sync_batch_norm.h"
 #include "models/registry.h"
 #include "optim/clip_grad.h"
 #include "optim/registry.h"
@@ -197,6 +198,12 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     ro.find_unused_parameters = config.distributed.find_unused_parameters;
     if (config.distributed.grad_dtype == "bf16") ro.wire_dtype = kBFloat16;
     r.reducer = std::make_unique<Reducer>(r.model->named_parameters(), *r.model_group, ro);
+    if (config.distributed.sync_batchnorm) {
+      DP_CHECK(world.batch_norm_group != nullptr && world.batch_norm_group->size() == r.world_size,
+               "train: distributed.sync_batchnorm needs a process group for BatchNorm statistics over the same ",
+               r.world_size, " ranks");
+      r.synchronised_batchnorms = convert_sync_batchnorm(*r.model, *world.batch_norm_group);
+    }
   }
   r.parameters = r.model->parameters();
   for (const Tensor& p : r.parameters) r.num_parameters += p.numel();

@@ -41,6 +41,9 @@ struct RunWorld {
   ProcessGroup* device_group = nullptr;
   // This rank's device (comm/world.h device_for_rank); empty: config.run.device.
   std::string device;
+  // distributed.sync_batchnorm: a group over the same ranks for BatchNorm statistics alone, on
+  // the model's device (NOTE [ Dedicated group for batch statistics ]); required then.
+  ProcessGroup* batch_norm_group = nullptr;
 };
 
 // How the epoch is cut: samples this rank visits, its batch, steps.
@@ -86,6 +89,7 @@ struct TrainingRun {
   std::vector<Tensor> parameters;
   int64_t num_parameters = 0;
   std::unique_ptr<Reducer> reducer;  // distributed runs only
+  int synchronised_batchnorms = 0;   // BatchNorm layers normalising over the global batch
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<ScheduleClock> clock;  // NOTE [ Schedule clock ]: the lr lives on the device
