@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_reference import time_ms
+from torch_malloc import pin_malloc_thresholds
 
 # name, x shape, w shape, stride, pad, bias, input_grad (as in conv_bench.cpp)
 CONVS = [
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    pin_malloc_thresholds()  # torch_malloc.py: no page-fault churn between steps
     with torch.no_grad():
         for name, xs, ws, s, p, has_bias, input_grad in CONVS:
             if not name.startswith(args.only):

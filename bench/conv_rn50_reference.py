@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from conv_reference import time_conv
+from torch_malloc import pin_malloc_thresholds
 
 # name, C, HW, K, kernel, stride (as in conv_rn50_bench.cpp)
 CONVS = [
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    pin_malloc_thresholds()  # torch_malloc.py: no page-fault churn between steps
     with torch.no_grad():
         for name, c, hw, k, kernel, s in CONVS:
             if name.startswith(args.only):

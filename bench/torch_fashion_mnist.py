@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_reference import SmallCNN
+from torch_malloc import pin_malloc_thresholds
 
 ROOT = "/usr/share/datasets/fashion-mnist"
 
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    pin_malloc_thresholds()  # torch_malloc.py: no page-fault churn between steps
     torch.manual_seed(args.seed)
     xtr, ytr = load("train")
     xte, yte = load("t10k")

@@ -19,6 +19,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch_malloc import pin_malloc_thresholds
 
 
 class SmallCNN(nn.Module):
@@ -46,10 +47,16 @@ def resnet18():
 
 
 # name -> (model factory, input shape with batch)
+def resnet50():
+    import torchvision
+    return torchvision.models.resnet50()  # 1000 classes, as an ImageNet recipe
+
+
 TRAIN_CASES = {
     "small_cnn_b128": (SmallCNN, (128, 1, 28, 28)),
     "mlp_b256": (mlp, (256, 1, 28, 28)),
     "resnet18_b32": (resnet18, (32, 3, 32, 32)),
+    "resnet50_224_b8": (resnet50, (8, 3, 224, 224)),
 }
 
 
@@ -106,6 +113,7 @@ def main():
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
+    pin_malloc_thresholds()  # torch_malloc.py: no page-fault churn between steps
     for name in args.only or names:
         if name == "sgemm_2048":
             r = bench_sgemm(2048, args.warmup, args.iters)

@@ -42,6 +42,7 @@ struct Case {
   const char* model;
   dp::Shape input;
   bool gpu_only = false;
+  int64_t num_classes = 10;
 };
 
 const Case kCases[] = {
@@ -49,6 +50,9 @@ const Case kCases[] = {
     {"mlp_b256", "mlp", {256, 1, 28, 28}},
     {"resnet18_b32", "resnet18", {32, 3, 32, 32}},
     {"resnet18_b256", "resnet18", {256, 3, 32, 32}, /*gpu_only=*/true},
+    // torchvision's resnet50() as an ImageNet recipe trains it (1000 classes, 224x224); a small
+    // per-core batch, so that a CPU step takes seconds, not minutes.
+    {"resnet50_224_b8", "resnet50", {8, 3, 224, 224}, /*gpu_only=*/false, /*num_classes=*/1000},
 };
 
 // GPU timing: --warmup steps, then --iters samples of `block` steps each between two
@@ -119,8 +123,9 @@ int main(int argc, char** argv) {
     dp::Generator gen(0);
     dp::ModelSpec spec;
     spec.name = c.model;
-    spec.num_classes = 10;
+    spec.num_classes = c.num_classes;
     spec.in_channels = c.input[1];
+    spec.image_size = c.input[2];
     auto model = dp::build_model(spec, device, gen);
     model->train();
     dp::SgdOptions o;
