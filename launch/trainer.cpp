@@ -268,7 +268,10 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
   s.epochs = config.run.epochs;
   s.step = step_in_epoch;
   s.steps = run.plan.steps_per_epoch;
-  s.loss = window.loss.item<double>() / static_cast<double>(window.steps);
+  // The mean over the ranks of each rank's mean loss: the global batch's loss, as one process
+  // training on it would print (every rank reports at the same steps).
+  s.loss = sum_over_ranks(run.group, {window.loss.item<double>() / static_cast<double>(window.steps)}, run.cpu)[0] /
+           run.world_size;
   s.samples_per_second = static_cast<double>(window.samples * run.world_size) / seconds_since(window.start);
   s.lr = run.clock->lr();  // this step's lr (a host read, with the loss's)
   const GradScaler& scaler = *run.scaler;

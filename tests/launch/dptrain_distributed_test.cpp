@@ -231,12 +231,12 @@ TEST_F(Distributed, DeterministicRunsAreBitwiseIdentical) {
   EXPECT_EQ(digests[0], digests[1]);
 }
 
-// The number after "key": in the metrics log's epoch record.
-double epoch_figure(const fs::path& metrics, const std::string& key) {
+// The number after "key": in the metrics log's first record of `event` (epoch, step).
+double metrics_figure(const fs::path& metrics, const std::string& key, const std::string& event = "epoch") {
   const std::string text = dp::testing::read_text_file(metrics);
-  const size_t at = text.find("\"event\":\"epoch\"");
+  const size_t at = text.find("\"event\":\"" + event + "\"");
   const size_t k = at == std::string::npos ? at : text.find("\"" + key + "\":", at);
-  if (k == std::string::npos) ADD_FAILURE() << "no " << key << " in the epoch record of " << text;
+  if (k == std::string::npos) ADD_FAILURE() << "no " << key << " in the " << event << " record of " << text;
   return k == std::string::npos ? std::nan("") : std::stod(text.substr(k + key.size() + 3));
 }
 
@@ -258,8 +258,10 @@ TEST_F(Distributed, SyncBatchNormTwoRanksMatchOneProcess) {
     const ProgramResult r = run_program(launcher + dptrain_binary() + common + " --set run.output_dir=" +
                                         (dir_ / name).string() + extra);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return std::pair{epoch_figure(dir_ / name / "metrics.jsonl", "train_loss"),
-                     epoch_figure(dir_ / name / "metrics.jsonl", "test_loss")};
+    const fs::path metrics = dir_ / name / "metrics.jsonl";
+    // The step record's loss is the global batch's (the mean over ranks), as the epoch's is.
+    EXPECT_NEAR(metrics_figure(metrics, "loss", "step"), metrics_figure(metrics, "train_loss"), 1e-6) << name;
+    return std::pair{metrics_figure(metrics, "train_loss"), metrics_figure(metrics, "test_loss")};
   };
   const auto one = run("", "one", "");
   const auto synced = run(kMpirun + " -np 2 ", "synced", " --set distributed.sync_batchnorm=true");
