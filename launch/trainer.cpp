@@ -20,21 +20,11 @@
 #include "launch/step_profiler.h"
 #include "launch/training_run.h"
 #include "launch/stop_signals.h"
-#include "models/registry.h"
-#include "optim/lr_schedule.h"
-#include "optim/clip_grad.h"
-#include "optim/grad_scaler.h"
-#include "optim/registry.h"
 #include "optim/shampoo.h"
-#include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/nn/tensor_core_shapes.h"
-#include "runtime/data/batch_uploader.h"
-#include "runtime/data/loader.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
-#include "runtime/ops/loss.h"
-#include "runtime/ops/reduce.h"
 
 namespace dp {
 
@@ -49,14 +39,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Sum over ranks of a few doubles (rank-0 reporting of whole-run figures).
-std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu) {
-  if (!group || group->size() == 1) return values;
-  Tensor t = from_vector<double>(values, {static_cast<int64_t>(values.size())}, cpu);
-  group->all_reduce(t, CollectiveReduce::Sum)->wait();
-  return t.to_vector<double>();
-}
 
 // A loss scale for messages: 65536, 1.5e+38.
 std::string scale_text(double scale) {

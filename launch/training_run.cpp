@@ -268,6 +268,13 @@ StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profile
   return stats;
 }
 
+std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu) {
+  if (!group || group->size() == 1) return values;
+  Tensor t = from_vector<double>(values, {static_cast<int64_t>(values.size())}, cpu);
+  group->all_reduce(t, CollectiveReduce::Sum)->wait();
+  return t.to_vector<double>();
+}
+
 Evaluation evaluate(TrainingRun& run) {
   NoGradGuard no_grad;
   AutocastGuard amp(run.autocast);
@@ -284,12 +291,8 @@ Evaluation evaluate(TrainingRun& run) {
     run.eval_uploader->release_host_buffers();
   }
   run.model->train();
-  std::vector<double> totals{loss_sum.item<double>(), correct.item<double>(), static_cast<double>(count)};
-  if (run.group && run.group->size() > 1) {
-    Tensor t = from_vector<double>(totals, {3}, run.cpu);
-    run.group->all_reduce(t, CollectiveReduce::Sum)->wait();
-    totals = t.to_vector<double>();
-  }
+  const std::vector<double> totals = sum_over_ranks(
+      run.group, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(count)}, run.cpu);
   DP_CHECK(totals[2] > 0, "evaluation: the test set gave no batches");
   return {totals[0] / totals[2], totals[1] / totals[2]};
 }

@@ -120,6 +120,10 @@ struct StepStats {
 // `profiler`'s phases are begun here: forward, backward, comm, optimizer.
 StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profiler);
 
+// Each value summed over the ranks of `group` (one small all-reduce on `cpu`); the values
+// themselves for one process. Every rank must call it at the same point.
+std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu);
+
 // Loss and accuracy over the evaluation set, NaN when not evaluated.
 struct Evaluation {
   double loss = std::numeric_limits<double>::quiet_NaN();
