@@ -22,6 +22,29 @@ std::vector<Tensor> FunctionNode::backward(const Tensor& grad_output) {
 AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf)
     : Node("AccumulateGrad"), leaf_(leaf) {}
 
+namespace {
+
+// NOTE [ Stealing the first gradient ]
+// With set-to-none gradients the first contribution to a leaf would be copied into a fresh
+// .grad: one more pass over every parameter's bytes per step, single-threaded (for ResNet-18
+// 45 MB, ~2 % of a CPU step). As PyTorch's AccumulateGrad does, the incoming gradient becomes
+// the .grad itself when nothing else can see it: this tensor is its storage's only user (the
+// engine moved it here, no view or saved tensor shares it), it covers the whole storage, and
+// it has the leaf's shape, dtype, device and a contiguous layout.
+bool can_steal(const Tensor& incoming, const Tensor& leaf) {
+  return incoming.impl_ptr().use_count() == 1 && incoming.storage().use_count() == 1 && incoming.offset() == 0 &&
+         incoming.is_contiguous() && incoming.nbytes() == incoming.storage()->nbytes() &&
+         incoming.dtype() == leaf.dtype() && incoming.device() == leaf.device() && !incoming.requires_grad();
+}
+
+Tensor fresh_copy(const Tensor& incoming, const Tensor& leaf) {
+  Tensor g = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
+  g.copy_(incoming);
+  return g;
+}
+
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
   if (!impl) return {};  // the parameter was destroyed; nothing to accumulate into
@@ -31,9 +54,7 @@ std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
              " for a leaf of shape ", shape_str(leaf.shape()));
     Tensor grad = leaf.grad();
     if (!grad.defined()) {
-      Tensor g = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
-      g.copy_(grad_output);
-      leaf.set_grad(g);
+      leaf.set_grad(can_steal(grad_output, leaf) ? grad_output.detach() : fresh_copy(grad_output, leaf));
     } else {
       Tensor src = grad_output.contiguous();
       if (src.dtype() != grad.dtype()) src = src.to(grad.dtype());

@@ -110,6 +110,42 @@ TEST_F(AutogradTest, GradientsAccumulateAndSetToNone) {
   EXPECT_FALSE(w.grad().defined());
 }
 
+// NOTE [ Stealing the first gradient ] (node.cpp): a gradient that something else can still see
+// is copied, never adopted: add's backward hands the same tensor to both inputs, a slice of a
+// concatenation's gradient is a view into a shared buffer, and a user's root gradient stays theirs.
+TEST_F(AutogradTest, FirstGradientIsAdoptedOnlyWhenNothingElseSeesIt) {
+  Tensor a = from_vector<double>({1, 2}, {2}, cpu), b = from_vector<double>({3, 4}, {2}, cpu);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  sum(add(a, b)).backward();
+  a.grad().fill_(7.0);
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{1, 1}));
+
+  Tensor c = from_vector<double>({1, 2}, {2}, cpu), d = from_vector<double>({3, 4, 5}, {3}, cpu);
+  c.set_requires_grad(true);
+  d.set_requires_grad(true);
+  Tensor weights = from_vector<double>({1, 2, 3, 4, 5}, {5}, cpu);
+  sum(mul(cat({c, d}, 0), weights)).backward();
+  ASSERT_TRUE(c.grad().is_contiguous());
+  EXPECT_EQ(c.grad().shape(), (Shape{2}));
+  c.grad().fill_(0.0);
+  EXPECT_EQ(d.grad().to_vector<double>(), (std::vector<double>{3, 4, 5}));
+
+  Tensor leaf = from_vector<double>({1, 2}, {2}, cpu);
+  leaf.set_requires_grad(true);
+  Tensor mine = from_vector<double>({5, 6}, {2}, cpu);
+  leaf.backward(mine);
+  leaf.grad().fill_(0.0);
+  EXPECT_EQ(mine.to_vector<double>(), (std::vector<double>{5, 6}));
+
+  // And an unshared gradient, adopted, still accumulates like a copy would.
+  Tensor w = from_vector<double>({1, 2}, {2}, cpu);
+  w.set_requires_grad(true);
+  sum(mul(w, 3.0)).backward();
+  sum(mul(w, w)).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{5, 7}));
+}
+
 TEST_F(AutogradTest, HookFiresOncePerBackwardWhenGradientIsFinal) {
   Tensor w = from_vector<double>({1, 2, 3}, {3}, cpu);
   w.set_requires_grad(true);
