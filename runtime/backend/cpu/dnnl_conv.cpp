@@ -240,8 +240,9 @@ ThreadCache& thread_cache() {
 // Whether `auto` sends this convolution to oneDNN. Measured (bench/conv_bench, 2 threads):
 // oneDNN's blocked kernels win on ResNet's layers (the 3-channel stem too, 0.64 vs 1.09 ms);
 // im2col keeps convolutions with few channels per group (SmallCNN's 1→32 first conv: 0.46 vs
-// 0.65 ms) and the weight gradient of a kernel on a 1×1 map, where im2col computes only the
-// centre tap (ResNet-18's layer4 on 32×32 images: 1.0 vs 1.9 ms).
+// 0.65 ms) and the weight gradient of a grouped kernel on a 1×1 map, where im2col computes only
+// the centre tap. (Weight gradients with at most half their (tap, output) pairs live never get
+// here: conv.cpp runs them tap by tap, NOTE [ Weight gradient tap by tap ].)
 bool auto_choice(int64_t pass, const Geometry& g) {
   const int64_t Cg = g.C / g.p.groups;
   if (!(Cg >= 8 || g.K / g.p.groups >= 64)) return false;

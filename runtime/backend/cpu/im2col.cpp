@@ -65,6 +65,11 @@ TapRange live_taps(int64_t in, int64_t out, int64_t kernel, int64_t stride, int6
   return live.hi > live.lo ? live : TapRange{0, 0};
 }
 
+TapRange outputs_inside(int64_t in, int64_t out, int64_t tap, int64_t stride, int64_t pad, int64_t dilation) {
+  const OutputRange r = valid_outputs(in, out, tap * dilation - pad, stride);
+  return {r.lo, r.hi};
+}
+
 template <typename T>
 void im2col(const T* x, const Im2colGeometry& g, T* col, int64_t ld_col) {
   const bool shifted = is_shifted_plane(g);

@@ -27,6 +27,10 @@ struct TapRange {
 };
 TapRange live_taps(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
 
+// The output positions [lo, hi) at which kernel tap `tap` reads inside the input (output o reads
+// input o*stride + tap*dilation - pad); empty when the tap only ever sees padding.
+TapRange outputs_inside(int64_t in, int64_t out, int64_t tap, int64_t stride, int64_t pad, int64_t dilation);
+
 // col [channels*KH*KW, OH*OW] (row r starts at col + r*ld_col) from x [channels, H, W];
 // taps that fall in the padding are 0.
 template <typename T>

@@ -84,6 +84,11 @@ TEST_F(Conv2dTest, Gradients) {
       {"2x2 images, stride 2 pad 1: 2x2 live taps", {3, 4, 2, 2}, {5, 4, 3, 3}, false, conv_params(2, 2, 1, 1)},
       {"dilation 2 pad 1 on 3x3: centre tap, negative padding", {2, 2, 3, 3}, {3, 2, 3, 3}, true,
        conv_params(1, 1, 1, 1, 2, 2)},
+      // Weight gradient tap by tap (NOTE [ Weight gradient tap by tap ]): at most half the
+      // (tap, output) pairs live, each live tap its own GEMM, taps spread over the threads.
+      {"2x2 images, 3x3 pad 1: 16 of 36 pairs live", {3, 4, 2, 2}, {5, 4, 3, 3}, true, conv_params(1, 1, 1, 1)},
+      {"3x3 images, 5x5 pad 2: 81 of 225 pairs live", {2, 3, 3, 3}, {4, 3, 5, 5}, true, conv_params(1, 1, 2, 2)},
+      {"3x4 images, 3x3 stride 2 pad 1, 2x2 output", {2, 3, 3, 4}, {2, 3, 3, 3}, false, conv_params(2, 2, 1, 1)},
   };
   for (const GradCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -141,6 +146,11 @@ TEST_F(Conv2dTest, Float32MatchesFloat64OnALargeBatch) {
   EXPECT_TRUE(compare_float32_with_float64(fn, {in({16, 8, 12, 12}), in({16, 8, 3, 3}), in({16})}, 2e-4).empty());
   auto small = [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), conv_params(2, 2, 1, 1)); };
   EXPECT_TRUE(compare_float32_with_float64(small, {in({32, 16, 4, 4}), in({24, 16, 3, 3})}, 2e-4).empty());
+  // ResNet's layer3 and layer4 geometry on 32×32 images, narrowed: weight gradient tap by tap.
+  auto layer3 = [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], conv_params(1, 1, 1, 1)); };
+  EXPECT_TRUE(compare_float32_with_float64(layer3, {in({32, 24, 2, 2}), in({20, 24, 3, 3}), in({20})}, 2e-4).empty());
+  auto layer4 = [](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), conv_params(1, 1, 1, 1)); };
+  EXPECT_TRUE(compare_float32_with_float64(layer4, {in({32, 24, 1, 1}), in({20, 24, 3, 3})}, 2e-4).empty());
 }
 
 TEST_F(Conv2dTest, EmptyBatch) {
