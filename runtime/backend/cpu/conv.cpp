@@ -253,7 +253,7 @@ const T* output_grad_of(const ConvPlan& plan, const T* dy, int64_t n0, int64_t i
 //   dw[:, :, kh, kw] = dy_t · x_tᵀ,  dy_t [K, N·V], x_t [C, N·V] gathered from dy and x,
 // V = the tap's live outputs. The FLOPs are the live ones; the gathers move (K + C)·N·V values
 // per tap. The taps' [K, C] results are written into dw in one parallel pass, dead taps as
-// zeros. Chosen (groups = 1) when at most half of the pairs are live (tap_by_tap_pays).
+// zeros. Chosen (groups = 1) when at most half of the pairs are live (taps_worth_running_alone).
 struct LiveTap {
   int64_t kh, kw;
   TapRange rows, cols;  // output rows / columns at which the tap reads inside the image
@@ -274,22 +274,26 @@ std::vector<LiveTap> live_taps_of(int64_t H, int64_t W, int64_t OH, int64_t OW, 
   return taps;
 }
 
-bool tap_by_tap_pays(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
-  if (p.groups != 1 || x.size(0) == 0 || dw.size(2) * dw.size(3) == 1) return false;
+// The live taps of this weight gradient when running it tap by tap pays; empty otherwise.
+std::vector<LiveTap> taps_worth_running_alone(const Tensor& x, const Tensor& dw, const Tensor& dy,
+                                              const Conv2dParams& p) {
+  if (p.groups != 1 || x.size(0) == 0 || dw.size(2) * dw.size(3) == 1) return {};
   const int64_t OH = dy.size(2), OW = dy.size(3);
+  std::vector<LiveTap> taps = live_taps_of(x.size(2), x.size(3), OH, OW, dw.size(2), dw.size(3), p);
   int64_t live = 0;
-  for (const LiveTap& t : live_taps_of(x.size(2), x.size(3), OH, OW, dw.size(2), dw.size(3), p)) live += t.outputs();
-  return 2 * live <= dw.size(2) * dw.size(3) * OH * OW;
+  for (const LiveTap& t : taps) live += t.outputs();
+  if (live == 0 || 2 * live > dw.size(2) * dw.size(3) * OH * OW) return {};
+  return taps;
 }
 
-// dw [K, C, KH, KW] (overwritten) and dbias [K] (optional) from dy [N, K, OH, OW], x [N, C, H, W].
+// dw [K, C, KH, KW] (overwritten) and dbias [K] (optional) from dy [N, K, OH, OW], x [N, C, H, W];
+// `taps` from taps_worth_running_alone.
 template <typename T>
 void conv2d_backward_weight_by_tap(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
-                                   const Conv2dParams& p, int threads) {
+                                   const Conv2dParams& p, const std::vector<LiveTap>& taps, int threads) {
   using A = compute_t<T>;
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t K = dw.size(0), KH = dw.size(2), KW = dw.size(3), OH = dy.size(2), OW = dy.size(3);
-  const std::vector<LiveTap> taps = live_taps_of(H, W, OH, OW, KH, KW, p);
   const T *dyp = dy.data<T>(), *xp = x.data<T>();
   A* results = scratch<A, kWeightPartial>(static_cast<int64_t>(taps.size()) * K * C);
   // Gathers tap t's operands into the calling thread's scratch and runs its GEMM.
@@ -439,9 +443,14 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
     f32.finish();
     return;
   }
-  if (conv_ != ConvPath::Dnnl && tap_by_tap_pays(x, dw, dy, p)) {  // NOTE [ Weight gradient tap by tap ]
-    dispatch_conv(dy.dtype(), [&](auto tag) { conv2d_backward_weight_by_tap<decltype(tag)>(dy, x, dw, dbias, p, num_threads_); });
-    return;
+  if (conv_ != ConvPath::Dnnl) {  // NOTE [ Weight gradient tap by tap ]
+    const std::vector<LiveTap> taps = taps_worth_running_alone(x, dw, dy, p);
+    if (!taps.empty()) {
+      dispatch_conv(dy.dtype(), [&](auto tag) {
+        conv2d_backward_weight_by_tap<decltype(tag)>(dy, x, dw, dbias, p, taps, num_threads_);
+      });
+      return;
+    }
   }
   if (cpu::dnnl_conv2d_backward_weight(dy, x, dw, dbias, p, num_threads_, conv_)) return;
   const ConvPlan plan(x, dw, dy, p, num_threads_);
