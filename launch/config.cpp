@@ -445,7 +445,8 @@ Section<DistributedConfig> distributed_section() {
            field("timeout_s", &DistributedConfig::timeout_s, watchdog_timeout()),
            field("check_agreement", &DistributedConfig::check_agreement, boolean()),
            field("grad_dtype", &DistributedConfig::grad_dtype, one_of(kGradDtypes)),
-           field("sync_batchnorm", &DistributedConfig::sync_batchnorm, boolean())},
+           field("sync_batchnorm", &DistributedConfig::sync_batchnorm, boolean()),
+           field("shards", &DistributedConfig::shards, integer_in(0, limits::kMaxShards))},
           nullptr};
 }
 

@@ -27,6 +27,7 @@ inline constexpr int64_t kMaxSteps = 1'000'000'000'000;    // max_steps, log_eve
 inline constexpr int64_t kMaxThreads = 1024;
 inline constexpr int64_t kMaxBatch = 16'777'216;            // 2^24 samples (global batch)
 inline constexpr int64_t kMaxLoaderThreads = 256;
+inline constexpr int64_t kMaxShards = 65'536;              // distributed.shards
 inline constexpr int64_t kMaxPrefetch = 64;
 inline constexpr int64_t kMaxClasses = 1'000'000;
 inline constexpr int64_t kMaxWidth = 1'048'576;             // one hidden layer's width
@@ -152,6 +153,9 @@ struct DistributedConfig {
   bool check_agreement = true;         // ranks compare each collective's fingerprint before running it
   std::string grad_dtype = "fp32";     // gradients on the wire: fp32 | bf16 (PyTorch's bf16_compress_hook)
   bool sync_batchnorm = false;         // BatchNorm statistics over the global batch (nn.SyncBatchNorm)
+  // NOTE [ Fixed shards ] (launch/training_run.h): the global batch cut into this many shards,
+  // each rank training world_size-th of them one after another; 0: one shard per rank.
+  int64_t shards = 0;
 };
 
 // The autocast dtype run.precision names: kFloat32 (off), kBFloat16 or kFloat16.

@@ -185,7 +185,7 @@ struct MlRunFacts {
                                 // per-rank batch, or the global one with distributed.sync_batchnorm)
   int64_t train_samples = 0;    // the training set's size
   int64_t eval_samples = 0;     // the evaluation set's size
-  int64_t gradient_accumulation_steps = 1;  // dptrain steps once per batch
+  int64_t gradient_accumulation_steps = 1;  // micro-batches per step per rank (distributed.shards)
 };
 
 // The records logged between init_start and init_stop, in the reference's order: seed,

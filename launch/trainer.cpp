@@ -187,8 +187,9 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
     const std::vector<nn::ShapeAdvice> advice = nn::tensor_core_shape_advice(*run.model);
     if (!advice.empty())
       os << "\ntensor cores: dimensions not a multiple of 8 take slower paths: " << nn::describe(advice);
-    if (run.plan.per_rank_batch % 8 != 0)
-      os << "\ntensor cores: the batch per rank (" << run.plan.per_rank_batch << ") is not a multiple of 8";
+    if (run.plan.per_shard_batch % 8 != 0)
+      os << "\ntensor cores: the batch per " << (run.fixed_shards ? "shard (" : "rank (") << run.plan.per_shard_batch
+         << ") is not a multiple of 8";
   }
   if (run.world_size > 1)
     os << "\ndata-parallel over " << run.world_size << " ranks (" << run.group->backend_name() << "): batch "
@@ -198,6 +199,10 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
        << (config.distributed.sync_batchnorm ? "; BatchNorm statistics over the global batch (" +
                                                    std::to_string(run.synchronised_batchnorms) + " layers)"
                                              : std::string());
+  if (run.fixed_shards)  // NOTE [ Fixed shards ]
+    os << "\nfixed shards: the global batch as " << run.plan.shards << " shards of " << run.plan.per_shard_batch
+       << ", " << run.plan.local_shards << " per rank trained one after another"
+       << (config.distributed.sync_batchnorm ? "" : "; BatchNorm over each shard");
   console.line(os.str());
   if (metrics)
     metrics->write({{"event", "start"}, {"model", config.model.name}, {"parameters", run.num_parameters},
@@ -472,7 +477,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   if (mllog.log.enabled()) {
     MlRunFacts facts;
     facts.steps_per_epoch = steps_per_epoch;
-    facts.bn_span = config.distributed.sync_batchnorm ? config.data.batch_size : run.plan.per_rank_batch;
+    facts.bn_span = config.distributed.sync_batchnorm ? config.data.batch_size : run.plan.per_shard_batch;
+    facts.gradient_accumulation_steps = run.plan.local_shards;  // NOTE [ Fixed shards ]
     facts.train_samples = run.train_set().size();
     facts.eval_samples = run.eval_set().size();
     for (const MlRecord& r : mllog_hyperparameters(parse_mllog_benchmark(config.logging.benchmark), config, facts))

@@ -12,6 +12,7 @@
 #include "optim/registry.h"
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/backend/backend.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
@@ -49,20 +50,37 @@ DataPlan plan_data(const Config& config, const ClassificationDataset& train_set,
            " but ", config.data.dataset, " has ", train_set.num_classes(), " classes (labels 0..",
            train_set.num_classes() - 1, "): set model.num_classes to at least ", train_set.num_classes());
   DataPlan plan;
+  // NOTE [ Fixed shards ]: S parts of the global batch, S / world_size of them per rank.
+  const bool fixed = config.distributed.shards > 0;
+  plan.shards = fixed ? config.distributed.shards : world_size;
+  DP_CHECK(plan.shards % world_size == 0, "distributed.shards ", plan.shards, " must be a multiple of the world size ",
+           world_size, " (each rank trains shards / world_size of them): choose a multiple of ", world_size,
+           " or 0 for one per rank");
+  DP_CHECK(d.batch_size % plan.shards == 0, "data.batch_size ", d.batch_size, " is the global batch and must be ",
+           "divisible by distributed.shards ", plan.shards, " (each shard takes batch_size / shards)");
+  DP_CHECK(!(fixed && config.distributed.sync_batchnorm && plan.shards > world_size),
+           "distributed.sync_batchnorm normalises over the global batch, which a rank training ",
+           plan.shards / world_size, " shards one after another never holds at once: set distributed.shards to the ",
+           "world size (", world_size, ") or turn sync_batchnorm off (BatchNorm then normalises over each shard)");
+  plan.local_shards = plan.shards / world_size;
   plan.per_rank_batch = d.batch_size / world_size;
-  // DistributedSampler's shard (PyTorch's semantics): padded up to a multiple of the world size,
+  plan.per_shard_batch = d.batch_size / plan.shards;
+  // DistributedSampler's shard (PyTorch's semantics): padded up to a multiple of the shard count,
   // or cut down with drop_last.
-  plan.shard_size = world_size == 1 ? n : d.drop_last ? n / world_size : n / world_size + (n % world_size != 0);
-  plan.steps_per_epoch = d.drop_last ? plan.shard_size / plan.per_rank_batch
-                                     : plan.shard_size / plan.per_rank_batch + (plan.shard_size % plan.per_rank_batch != 0);
+  const int64_t s = plan.shards;
+  const int64_t per_shard = s == 1 ? n : d.drop_last ? n / s : n / s + (n % s != 0);
+  plan.shard_size = per_shard * plan.local_shards;
+  const int64_t b = plan.per_shard_batch;
+  plan.steps_per_epoch = d.drop_last ? per_shard / b : per_shard / b + (per_shard % b != 0);
   if (plan.steps_per_epoch == 0) {
+    const char* part = fixed ? "shard" : "rank";
     std::ostringstream os;
     os << "data.batch_size " << d.batch_size;
-    if (world_size > 1) os << " (" << plan.per_rank_batch << " per rank on " << world_size << " ranks)";
-    os << " is larger than the " << plan.shard_size << " training samples "
-       << (world_size > 1 ? "of each rank's shard " : "") << "and data.drop_last is true, so an epoch has no full "
-       << "batch and the run would train on nothing: lower data.batch_size to at most "
-       << plan.shard_size * world_size << " or set data.drop_last: false";
+    if (s > 1) os << " (" << b << " per " << part << " on " << s << " " << part << "s)";
+    os << " is larger than the " << per_shard << " training samples " << (s > 1 ? "of each " : "")
+       << (s > 1 ? part : "") << (s > 1 ? "'s part " : "") << "and data.drop_last is true, so an epoch has no full "
+       << "batch and the run would train on nothing: lower data.batch_size to at most " << per_shard * s
+       << " or set data.drop_last: false";
     throw Error(os.str());
   }
   plan.total_steps = checked_product(config.run.epochs, plan.steps_per_epoch, "run.epochs x steps per epoch");
@@ -90,9 +108,27 @@ DataPlan plan_data(const Config& config, const ClassificationDataset& train_set,
 }
 
 // The training loader of a distributed run takes this rank's shard (disjoint across ranks each
-// epoch) in batches of batch_size / world_size; evaluation takes this rank's part in order.
+// epoch) in batches of batch_size / world_size, or its fixed shards' batches one after another
+// (NOTE [ Fixed shards ]); evaluation takes this rank's part in order.
 std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig& d, Device cpu, bool train,
-                                        uint64_t seed, HostAllocator host_allocator, int rank, int world_size) {
+                                        uint64_t seed, HostAllocator host_allocator, int rank, int world_size,
+                                        const DataPlan& plan, bool fixed_shards) {
+  DataLoaderOptions options;
+  options.num_threads = static_cast<int>(d.loader_threads);
+  options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
+  options.host_allocator = std::move(host_allocator);
+  if (train && fixed_shards) {
+    ShardedBatchSamplerOptions o;
+    o.shards = plan.shards;
+    o.first_shard = rank * plan.local_shards;
+    o.shard_count = plan.local_shards;
+    o.shard_batch = plan.per_shard_batch;
+    o.shuffle = d.shuffle;
+    o.seed = seed;
+    o.drop_last = d.drop_last;
+    return std::make_unique<DataLoader>(dataset, std::make_unique<ShardedBatchSampler>(dataset.size(), o), cpu,
+                                        options);
+  }
   std::unique_ptr<Sampler> sampler;
   if (train && world_size > 1) {
     DistributedSamplerOptions o;
@@ -109,10 +145,6 @@ std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig
   }
   const int64_t batch = train ? d.batch_size / world_size : d.eval_batch_size;
   auto batches = std::make_unique<FixedSizeBatchSampler>(std::move(sampler), batch, train && d.drop_last);
-  DataLoaderOptions options;
-  options.num_threads = static_cast<int>(d.loader_threads);
-  options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
-  options.host_allocator = std::move(host_allocator);
   return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
 }
 
@@ -169,10 +201,11 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   r.plan = plan_data(config, r.train_set(), r.eval_set(), r.world_size);  // NOTE [ Preflight ]
   r.train_uploader = make_batch_uploader(r.device, r.cpu);
   r.eval_uploader = make_batch_uploader(r.device, r.cpu);
+  r.fixed_shards = config.distributed.shards > 0;
   r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
-                               r.train_uploader->host_allocator(), r.rank, r.world_size);
+                               r.train_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
   r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,
-                              r.eval_uploader->host_allocator(), r.rank, r.world_size);
+                              r.eval_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
   // No begin_epoch here: the loader would start reading training data before run_start.
   const int64_t steps_per_epoch = r.train_loader->num_batches();
   DP_CHECK(steps_per_epoch == r.plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,
@@ -197,6 +230,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     ro.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
     ro.find_unused_parameters = config.distributed.find_unused_parameters;
     if (config.distributed.grad_dtype == "bf16") ro.wire_dtype = kBFloat16;
+    ro.average = !r.fixed_shards;  // NOTE [ Fixed shards ]: summed, then divided by the shard count
     r.reducer = std::make_unique<Reducer>(r.model->named_parameters(), *r.model_group, ro);
     if (config.distributed.sync_batchnorm) {
       DP_CHECK(world.batch_norm_group != nullptr && world.batch_norm_group->size() == r.world_size,
@@ -205,6 +239,9 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
       r.synchronised_batchnorms = convert_sync_batchnorm(*r.model, *world.batch_norm_group);
     }
   }
+  if (r.fixed_shards)
+    for (const auto& [name, module] : r.model->named_modules())
+      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(module)) r.batch_norms.push_back(bn);
   r.parameters = r.model->parameters();
   for (const Tensor& p : r.parameters) r.num_parameters += p.numel();
 
@@ -233,21 +270,63 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   return run;
 }
 
+namespace {
+
+// NOTE [ Fixed shards ]: the running statistics of all but a step's first shard are dropped.
+class FrozenRunningStats {
+ public:
+  explicit FrozenRunningStats(const std::vector<nn::BatchNorm2d*>& layers) : layers_(layers) { set(true); }
+  ~FrozenRunningStats() { set(false); }
+  FrozenRunningStats(const FrozenRunningStats&) = delete;
+  FrozenRunningStats& operator=(const FrozenRunningStats&) = delete;
+
+ private:
+  void set(bool frozen) {
+    for (nn::BatchNorm2d* bn : layers_) bn->set_running_stats_frozen(frozen);
+  }
+  const std::vector<nn::BatchNorm2d*>& layers_;
+};
+
+}  // namespace
+
 StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profiler) {
   StepStats stats;
   stats.samples = batch.size();
   const Tensor& lr = run.clock->next_lr();  // on the device: NOTE [ Schedule clock ]
-  profiler.begin(Phase::Forward);
-  {
-    AutocastGuard amp(run.autocast);
-    stats.loss = run.objective->training_loss(*run.model, batch);
+  // NOTE [ Fixed shards ]: this rank's shards one after another, each a forward and a backward.
+  const int64_t micro_batches = run.plan.local_shards;
+  DP_CHECK(batch.size() % micro_batches == 0, "train_step: a batch of ", batch.size(), " samples does not split into ",
+           micro_batches, " equal shards");
+  const int64_t shard_samples = batch.size() / micro_batches;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    const Batch shard = micro_batches == 1 ? batch : batch.slice(m * shard_samples, shard_samples);
+    std::optional<FrozenRunningStats> frozen;
+    if (m > 0) frozen.emplace(run.batch_norms);
+    profiler.begin(Phase::Forward);
+    Tensor loss;
+    {
+      AutocastGuard amp(run.autocast);
+      loss = run.objective->training_loss(*run.model, shard);
+    }
+    profiler.begin(Phase::Backward);
+    if (run.reducer) run.reducer->prepare_for_backward(/*sync=*/m == micro_batches - 1);
+    run.scaler->scale(loss).backward();
+    stats.loss = m == 0 ? loss.detach() : add(stats.loss, loss.detach());
   }
-  profiler.begin(Phase::Backward);
-  if (run.reducer) run.reducer->prepare_for_backward(/*sync=*/true);
-  run.scaler->scale(stats.loss).backward();
+  if (micro_batches > 1) stats.loss = mul(stats.loss, 1.0 / static_cast<double>(micro_batches));
   if (run.reducer) {
     profiler.begin(Phase::Comm);
     stats.comm = run.reducer->finish();
+  }
+  if (run.fixed_shards && run.plan.shards > 1) {
+    // Summed over the shards (accumulation, then a summing all-reduce): the mean of the shards'
+    // mean losses' gradients, one division on every rank alike.
+    NoGradGuard no_grad;
+    for (Tensor& p : run.parameters)
+      if (p.grad().defined()) {
+        Tensor g = p.grad();
+        g.device().backend().binary_scalar(BinaryOp::Div, g, static_cast<double>(run.plan.shards), g);
+      }
   }
   profiler.begin(Phase::Optimizer);
   // Loss scaling: the gradients are unscaled after the all-reduce (every rank then takes the

@@ -29,6 +29,7 @@
 #include "runtime/core/runtime.h"
 #include "runtime/data/batch_uploader.h"
 #include "runtime/data/loader.h"
+#include "runtime/nn/batchnorm.h"
 #include "runtime/nn/module.h"
 
 namespace dp {
@@ -46,10 +47,28 @@ struct RunWorld {
   ProcessGroup* batch_norm_group = nullptr;
 };
 
+// NOTE [ Fixed shards ]
+// distributed.shards: S cuts every global batch into S fixed shards: shard s takes what rank s
+// of an S-rank run would (DistributedSampler over S, runtime/data/sampler.h), and on W ranks
+// (W dividing S) each rank trains its S/W shards one after another as micro-batches: forward and
+// backward per shard, gradients accumulating; the all-reduce sums and every gradient is then
+// divided by S. BatchNorm normalises over each shard, as per-rank BatchNorm over an S-rank run,
+// and only a step's first shard updates the running statistics (the others' would not survive
+// the buffer broadcast from rank 0 anyway). The arithmetic of a shard therefore does not depend
+// on W: with run.deterministic (rank-ordered sums) one process with S shards computes what S
+// ranks compute, bit for bit, given the same run.threads per process (a kernel's summation order
+// may depend on its thread count) and a model without dropout (one random stream per process).
+// Other splits (2 ranks of 2 shards against 4 ranks) differ by the grouping of the gradient sum,
+// at rounding level. It is also gradient accumulation: a global batch too big for one rank's
+// memory trains as S/W smaller micro-batches. Unset (0): one shard per rank, no micro-batches.
+//
 // How the epoch is cut: samples this rank visits, its batch, steps.
 struct DataPlan {
   int64_t shard_size = 0;  // training samples this rank visits per epoch
   int64_t per_rank_batch = 0;
+  int64_t shards = 1;          // S: the global batch's shards (the world size unless distributed.shards)
+  int64_t local_shards = 1;    // S / world size: micro-batches per step on this rank
+  int64_t per_shard_batch = 0;
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;  // epochs x steps, capped by run.max_steps
 };
@@ -89,6 +108,10 @@ struct TrainingRun {
   std::vector<Tensor> parameters;
   int64_t num_parameters = 0;
   std::unique_ptr<Reducer> reducer;  // distributed runs only
+  // NOTE [ Fixed shards ]: set when distributed.shards is; every gradient is then divided by
+  // plan.shards after the (summing) all-reduce, and these freeze for all but a step's first shard.
+  bool fixed_shards = false;
+  std::vector<nn::BatchNorm2d*> batch_norms;
   int synchronised_batchnorms = 0;   // BatchNorm layers normalising over the global batch
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
@@ -114,8 +137,8 @@ struct StepStats {
   std::optional<ReducerStepStats> comm;
 };
 
-// One optimiser step on `batch` (already on run.device): forward under autocast, scaled
-// backward with the bucket all-reduces overlapped, unscale + non-finite check, clipping,
+// One optimiser step on `batch` (already on run.device): forward under autocast (per shard,
+// NOTE [ Fixed shards ]), scaled backward with the bucket all-reduces overlapped, unscale + non-finite check, clipping,
 // optimiser and schedule — all decided on the device (NOTE [ Device-resident optimiser step ]).
 // `profiler`'s phases are begun here: forward, backward, comm, optimizer.
 StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profiler);

@@ -147,13 +147,15 @@ void Reducer::launch_ready_buckets() {
     launched_at_[b] = Clock::now();
     Bucket& bucket = buckets_[b];
     if (!bucket.wire.defined()) {
-      work_[b] = group_.all_reduce(bucket.buffer, CollectiveReduce::Average, static_cast<int64_t>(b));
+      work_[b] = group_.all_reduce(bucket.buffer, options_.average ? CollectiveReduce::Average : CollectiveReduce::Sum,
+                                   static_cast<int64_t>(b));
       continue;
     }
     // NOTE [ Compressed gradient communication ]: cast, divide, sum (cast back in finish()).
     NoGradGuard no_grad;
     bucket.wire.copy_(bucket.buffer);
-    bucket.wire.device().backend().binary_scalar(BinaryOp::Div, bucket.wire, group_.size(), bucket.wire);
+    if (options_.average)
+      bucket.wire.device().backend().binary_scalar(BinaryOp::Div, bucket.wire, group_.size(), bucket.wire);
     work_[b] = group_.all_reduce(bucket.wire, CollectiveReduce::Sum, static_cast<int64_t>(b));
   }
 }

@@ -50,6 +50,9 @@ struct ReducerOptions {
   int64_t bucket_bytes = int64_t(25) << 20;
   bool find_unused_parameters = false;  // zero-fill gradients that backward did not reach
   bool replan_from_ready_order = true;  // re-plan the buckets once from the observed order
+  // true: the gradients are averaged over the ranks; false: summed, and the caller divides
+  // (NOTE [ Fixed shards ] in launch/training_run.h divides by the shard count instead).
+  bool average = true;
   // Floating buckets of another dtype travel in this one (NOTE [ Compressed gradient
   // communication ]); unset: as they are.
   std::optional<DType> wire_dtype;

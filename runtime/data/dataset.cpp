@@ -35,9 +35,11 @@ Tensor& Batch::operator[](const std::string& name) {
   return const_cast<Tensor&>(static_cast<const Batch&>(*this)[name]);
 }
 
-Batch Batch::prefix(int64_t n) const {
+Batch Batch::prefix(int64_t n) const { return slice(0, n); }
+
+Batch Batch::slice(int64_t start, int64_t n) const {
   Batch out;
-  for (const auto& [name, t] : tensors_) out.tensors_.emplace_back(name, t.narrow(0, 0, n));
+  for (const auto& [name, t] : tensors_) out.tensors_.emplace_back(name, t.narrow(0, start, n));
   return out;
 }
 

@@ -39,6 +39,8 @@ class Batch {
   int64_t size() const { return tensors_.empty() ? 0 : tensors_.front().second.size(0); }
   // The first n samples of every tensor, as views (no copy).
   Batch prefix(int64_t n) const;
+  // Samples [start, start + n) of every tensor, as views (no copy).
+  Batch slice(int64_t start, int64_t n) const;
   // Bumps the tensors' version counters after the buffers were rewritten, so that a tensor
   // saved for backward from an earlier batch in the same buffers is reported as stale.
   void mark_rewritten() const;

@@ -1,6 +1,7 @@
 #include "runtime/data/sampler.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -131,6 +132,55 @@ EpochPlan FixedSizeBatchSampler::plan(int64_t epoch) const {
   plan.indices.resize(std::min<size_t>(plan.indices.size(), static_cast<size_t>(batches * batch_size_)));
   plan.batch_starts.reserve(static_cast<size_t>(batches) + 1);
   for (int64_t b = 0; b < batches; ++b) plan.batch_starts.push_back(b * batch_size_);
+  plan.batch_starts.push_back(static_cast<int64_t>(plan.indices.size()));
+  return plan;
+}
+
+ShardedBatchSampler::ShardedBatchSampler(int64_t dataset_size, const ShardedBatchSamplerOptions& options)
+    : options_(options) {
+  const ShardedBatchSamplerOptions& o = options;
+  DP_CHECK(o.shards >= 1 && o.shards <= std::numeric_limits<int>::max(),
+           "ShardedBatchSampler: shards must be in [1, 2^31), got ", o.shards);
+  DP_CHECK(o.shard_count >= 1 && o.first_shard >= 0 && o.first_shard + o.shard_count <= o.shards,
+           "ShardedBatchSampler: shards [", o.first_shard, ", ", o.first_shard + o.shard_count, ") are not inside [0, ",
+           o.shards, ")");
+  DP_CHECK(o.shard_batch >= 1, "ShardedBatchSampler: shard_batch must be at least 1, got ", o.shard_batch);
+  for (int64_t s = o.first_shard; s < o.first_shard + o.shard_count; ++s) {
+    DistributedSamplerOptions d;
+    d.rank = static_cast<int>(s);
+    d.world_size = static_cast<int>(o.shards);
+    d.shuffle = o.shuffle;
+    d.seed = o.seed;
+    d.drop_last = o.drop_last;
+    shards_.emplace_back(dataset_size, d);
+  }
+}
+
+int64_t ShardedBatchSampler::num_batches(int64_t) const {
+  const int64_t n = shards_.front().size(), b = options_.shard_batch;
+  return n / b + (!options_.drop_last && n % b != 0 ? 1 : 0);
+}
+
+int64_t ShardedBatchSampler::max_batch_size() const {
+  return options_.shard_count * std::max<int64_t>(1, std::min(options_.shard_batch, shards_.front().size()));
+}
+
+int64_t ShardedBatchSampler::shard_samples(int64_t b) const {
+  return std::min(options_.shard_batch, shards_.front().size() - b * options_.shard_batch);
+}
+
+EpochPlan ShardedBatchSampler::plan(int64_t epoch) const {
+  std::vector<std::vector<int64_t>> orders;
+  for (const DistributedSampler& shard : shards_) orders.push_back(shard.indices(epoch));
+  EpochPlan plan;
+  const int64_t batches = num_batches(epoch);
+  plan.indices.reserve(static_cast<size_t>(batches * max_batch_size()));
+  for (int64_t b = 0; b < batches; ++b) {
+    plan.batch_starts.push_back(static_cast<int64_t>(plan.indices.size()));
+    const int64_t begin = b * options_.shard_batch, count = shard_samples(b);
+    for (const std::vector<int64_t>& order : orders)
+      plan.indices.insert(plan.indices.end(), order.begin() + begin, order.begin() + begin + count);
+  }
   plan.batch_starts.push_back(static_cast<int64_t>(plan.indices.size()));
   return plan;
 }

@@ -114,4 +114,34 @@ class FixedSizeBatchSampler final : public BatchSampler {
   bool drop_last_;
 };
 
+// NOTE [ Fixed shards ] (launch/training_run.h): the global batch as `shards` fixed parts. Shard
+// s draws from the epoch's order exactly as rank s of a DistributedSampler over `shards` ranks
+// would, in batches of `shard_batch`; a process owning shards [first, first + count) gets, for
+// each step, their batches one after another (shard `first`'s first). Its batches therefore cut
+// into `count` equal micro-batches, each the batch that shard's own rank would have on a world of
+// `shards` ranks, whatever the world size this process belongs to.
+struct ShardedBatchSamplerOptions {
+  int64_t shards = 1;       // S: the global batch's parts
+  int64_t first_shard = 0;  // this process's parts: [first_shard, first_shard + shard_count)
+  int64_t shard_count = 1;
+  int64_t shard_batch = 1;  // samples per shard per step (the global batch / S)
+  bool shuffle = true;
+  uint64_t seed = 0;  // the same on every rank
+  bool drop_last = false;
+};
+
+class ShardedBatchSampler final : public BatchSampler {
+ public:
+  ShardedBatchSampler(int64_t dataset_size, const ShardedBatchSamplerOptions& options);
+  EpochPlan plan(int64_t epoch) const override;
+  int64_t num_batches(int64_t epoch) const override;
+  int64_t max_batch_size() const override;  // shard_count x min(shard_batch, samples per shard)
+  // Samples per step in each micro-batch of step `b` (equal across the owned shards).
+  int64_t shard_samples(int64_t b) const;
+
+ private:
+  std::vector<DistributedSampler> shards_;  // the owned ones, in order
+  ShardedBatchSamplerOptions options_;
+};
+
 }  // namespace dp

@@ -25,6 +25,11 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // x [N, C, H, W]; weight, bias, running_mean, running_var [C] → y [N, C, H, W]
   DP_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features, "): expected input [N, ",
            num_features, ", H, W], got ", x.str());
+  if (is_training() && running_stats_frozen_) {
+    DP_CHECK(!synchronizer_, "BatchNorm2d: frozen running statistics with a synchroniser are not supported (the "
+             "synchronised statistics always update them)");
+    return batch_norm(x, weight, bias, Tensor(), Tensor(), /*training=*/true, momentum, eps);
+  }
   if (is_training()) {
     NoGradGuard no_grad;
     if (num_batches_tracked.version() != tracked_version_) batches_tracked_ = num_batches_tracked.item<int64_t>();

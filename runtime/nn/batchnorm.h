@@ -40,6 +40,13 @@ class BatchNorm2d : public Module {
   void set_synchronizer(std::shared_ptr<BatchNormSynchronizer> sync) { synchronizer_ = std::move(sync); }
   const std::shared_ptr<BatchNormSynchronizer>& synchronizer() const { return synchronizer_; }
 
+  // While frozen, training-mode forwards still normalise with the batch statistics but leave
+  // running_mean, running_var and num_batches_tracked as they are (NOTE [ Fixed shards ] in
+  // launch/training_run.h: only a step's first shard updates them, as only rank 0's survive
+  // the buffer broadcast of a distributed run).
+  void set_running_stats_frozen(bool frozen) { running_stats_frozen_ = frozen; }
+  bool running_stats_frozen() const { return running_stats_frozen_; }
+
   const int64_t num_features;
   const double eps, momentum;
   Tensor weight, bias;  // undefined when !affine
@@ -53,6 +60,7 @@ class BatchNorm2d : public Module {
   int64_t batches_tracked_ = 0;
   uint64_t tracked_version_ = 0;
   std::shared_ptr<BatchNormSynchronizer> synchronizer_;
+  bool running_stats_frozen_ = false;
 };
 
 }  // namespace dp::nn

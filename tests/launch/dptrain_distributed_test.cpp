@@ -271,6 +271,43 @@ TEST_F(Distributed, SyncBatchNormTwoRanksMatchOneProcess) {
   EXPECT_GT(std::abs(local.first - one.first), 1e-3 * one.first) << "per-rank statistics should differ";
 }
 
+// NOTE [ Fixed shards ] (launch/training_run.h): with distributed.shards: 2 one process trains
+// the two shards one after another and ends with the model two ranks end with, bit for bit (the
+// digest of every parameter and buffer), over several ResNet-18 steps with momentum and
+// BatchNorm over each shard. The plain 2-rank run is the same computation (its average divides
+// by 2 exactly); the plain 1-process run normalises over the whole batch and ends elsewhere.
+TEST_F(Distributed, FixedShardsOneProcessEndsWhereTwoRanksEnd) {
+  const std::string cfg = config("c.yaml",
+                                 "model: {name: resnet18, num_classes: 10}\n"
+                                 "optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 1.0e-4}\n");
+  const std::string common = " --config " + cfg +
+                             " --set run.max_steps=4 --set run.deterministic=true --set data.dataset=synthetic"
+                             " --set data.synthetic_train_size=128 --set data.synthetic_eval_size=32"
+                             " --set data.batch_size=32 --set data.eval_batch_size=32 --set data.image_size=32"
+                             " --set data.eval_resize_size=32 --set data.eval_image_size=32";
+  auto digest_of = [&](const std::string& launcher, const std::string& extra) {
+    const ProgramResult r = run_program(launcher + dptrain_binary() + common + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return model_digest(r.output);
+  };
+  const std::string sharded_one = digest_of("", " --set distributed.shards=2");
+  ASSERT_EQ(sharded_one.size(), 16u);
+  EXPECT_EQ(digest_of(kMpirun + " -np 2 ", " --set distributed.shards=2"), sharded_one);
+  EXPECT_EQ(digest_of(kMpirun + " -np 2 ", ""), sharded_one);
+  EXPECT_NE(digest_of("", ""), sharded_one) << "BatchNorm over the whole batch should end elsewhere";
+}
+
+// distributed.shards that the world size does not divide, or with synchronised BatchNorm over
+// micro-batches: a clear error naming the key on every rank.
+TEST_F(Distributed, FixedShardsThatCannotWorkAreRefused) {
+  const ProgramResult r = run_program(kMpirun + " -np 2 " + dptrain_binary() + " --config " + config("c.yaml") +
+                                      " --set distributed.shards=3");
+  expect_error_on_every_rank(r, "distributed.shards 3 must be a multiple of the world size 2");
+  const ProgramResult sync = run_program(kMpirun + " -np 2 " + dptrain_binary() + " --config " + config("c.yaml") +
+                                         " --set distributed.shards=4 --set distributed.sync_batchnorm=true");
+  expect_error_on_every_rank(sync, "distributed.sync_batchnorm normalises over the global batch");
+}
+
 // A node that answers: idle, or busy with another test's job (ctest -j runs the srun tests side by side).
 bool slurm_cluster_reachable() {
   if (!std::getenv("SLURM_CONF")) return false;

@@ -178,6 +178,36 @@ TEST_F(ReducerTest, Bf16WireFollowsPyTorchsCompressHook) {
   EXPECT_LE(ddp_matches_single_process("mlp", 8, options), 0.1);
 }
 
+// ReducerOptions::average = false (NOTE [ Fixed shards ] in launch/training_run.h): the bucket
+// is summed over the ranks and left undivided, also when two micro-steps accumulated into it.
+TEST_F(ReducerTest, WithoutAveragingTheGradientsAreSummed) {
+  ReducerOptions options;
+  options.average = false;
+  Tensor w = zeros({300}, kFloat32, cpu_).set_requires_grad(true);
+  Reducer reducer({{"w", w}}, *group_, options);
+  auto coefficients = [&](int r, int micro) {
+    Generator gen(500 + 31 * static_cast<uint64_t>(r) + static_cast<uint64_t>(micro));
+    return randn({300}, gen, kFloat32, cpu_);
+  };
+  for (int micro = 0; micro < 2; ++micro) {
+    reducer.prepare_for_backward(/*sync=*/micro == 1);
+    sum(mul(w, coefficients(rank(), micro))).backward();
+  }
+  reducer.finish();
+  const std::vector<float> got = w.grad().to_vector<float>();
+  std::vector<float> want(300, 0.0f);
+  for (int r = 0; r < size(); ++r) {
+    const std::vector<float> c0 = coefficients(r, 0).to_vector<float>(), c1 = coefficients(r, 1).to_vector<float>();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += c0[i] + c1[i];  // each rank's accumulation, then ranks
+  }
+  for (size_t i = 0; i < want.size(); ++i)
+    if (size() <= 2)
+      ASSERT_EQ(got[i], want[i]) << "element " << i;  // one addition across ranks: exact either way round
+    else
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::abs(want[i]))) << "element " << i;
+  w.set_grad(Tensor());
+}
+
 TEST_F(ReducerTest, GradientsAreViewsOfBucketsSizedAsAsked) {
   auto m = model("mlp", 1);  // layers.0 784→64, layers.2 64→32, layers.4 32→10
   ReducerOptions options;

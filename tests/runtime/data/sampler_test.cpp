@@ -164,5 +164,47 @@ TEST(FixedSizeBatchSampler, BatchesLargerThanTheDataAreBoundedAndCountedWithoutO
   EXPECT_EQ(FixedSizeBatchSampler(std::make_unique<SequentialSampler>(10), 10, true).num_batches(0), 1);
 }
 
+// The batch of shard s at step b on an S-rank run, as DistributedSampler + FixedSizeBatchSampler.
+std::vector<int64_t> shard_batch_on_s_ranks(int64_t n, int64_t shards, int64_t s, int64_t per_shard, bool drop_last,
+                                            int64_t epoch, int64_t b) {
+  const FixedSizeBatchSampler rank_batches(
+      std::make_unique<DistributedSampler>(
+          n, DistributedSamplerOptions{.rank = static_cast<int>(s), .world_size = static_cast<int>(shards),
+                                       .shuffle = true, .seed = 7, .drop_last = drop_last}),
+      per_shard, drop_last);
+  const EpochPlan plan = rank_batches.plan(epoch);
+  return std::vector<int64_t>(plan.batch(b).begin(), plan.batch(b).end());
+}
+
+// NOTE [ Fixed shards ]: whatever process owns a shard, its micro-batch is the batch that
+// shard's own rank would draw on a world of S ranks; a process's batch is its shards' in order.
+TEST(ShardedBatchSampler, EachMicroBatchIsWhatItsShardsRankWouldDraw) {
+  for (const bool drop_last : {false, true}) {
+    const int64_t n = 103, shards = 4, per_shard = 6;  // 26 (or 25) samples per shard: a partial last batch
+    for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {0, 2}, {2, 2}, {3, 1}}) {
+      const ShardedBatchSampler sampler(n, {.shards = shards, .first_shard = first, .shard_count = count,
+                                            .shard_batch = per_shard, .shuffle = true, .seed = 7,
+                                            .drop_last = drop_last});
+      EXPECT_EQ(sampler.max_batch_size(), count * per_shard);
+      const EpochPlan plan = sampler.plan(2);
+      ASSERT_EQ(plan.num_batches(), sampler.num_batches(2));
+      EXPECT_EQ(plan.num_batches(), drop_last ? 4 : 5) << "25 / 26 samples per shard in batches of 6";
+      for (int64_t b = 0; b < plan.num_batches(); ++b) {
+        const int64_t m = sampler.shard_samples(b);
+        EXPECT_EQ(m, !drop_last && b == 4 ? 2 : 6);
+        ASSERT_EQ(static_cast<int64_t>(plan.batch(b).size()), count * m);
+        for (int64_t k = 0; k < count; ++k) {
+          const std::vector<int64_t> micro(plan.batch(b).begin() + k * m, plan.batch(b).begin() + (k + 1) * m);
+          EXPECT_EQ(micro, shard_batch_on_s_ranks(n, shards, first + k, per_shard, drop_last, 2, b))
+              << "shard " << first + k << " batch " << b;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(ShardedBatchSampler(10, {.shards = 2, .first_shard = 1, .shard_count = 2}), Error);
+  EXPECT_THROW(ShardedBatchSampler(10, {.shards = 2, .shard_count = 1, .shard_batch = 0}), Error);
+  EXPECT_THROW(ShardedBatchSampler(10, {.shards = 0}), Error);
+}
+
 }  // namespace
 }  // namespace dp

@@ -87,6 +87,27 @@ TEST_F(NormEmbeddingDropoutTest, BatchNormCountsOnFromALoadedBatchCount) {
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 43);
 }
 
+// Frozen running statistics (NOTE [ Fixed shards ]): the forward is the same, bit for bit, and
+// running_mean, running_var and num_batches_tracked stay as they were; thawed, counting resumes.
+TEST_F(NormEmbeddingDropoutTest, BatchNormWithFrozenRunningStatsNormalisesAndLeavesThemAlone) {
+  BatchNorm2d bn(3, cpu), twin(3, cpu);
+  Tensor x = randn({4, 3, 5, 5}, gen, kFloat32, cpu, 0.5, 2.0);
+  twin.forward(x);  // moved once: not the initial values
+  bn.forward(x);
+  const std::vector<float> rm = bn.running_mean.to_vector<float>(), rv = bn.running_var.to_vector<float>();
+  bn.set_running_stats_frozen(true);
+  EXPECT_TRUE(bn.running_stats_frozen());
+  const Tensor x2 = randn({4, 3, 5, 5}, gen, kFloat32, cpu, -1.0, 3.0);
+  EXPECT_EQ(bn.forward(x2).to_vector<float>(), twin.forward(x2).to_vector<float>());
+  EXPECT_EQ(bn.running_mean.to_vector<float>(), rm);
+  EXPECT_EQ(bn.running_var.to_vector<float>(), rv);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_NE(twin.running_mean.to_vector<float>(), rm) << "the unfrozen twin moved";
+  bn.set_running_stats_frozen(false);
+  bn.forward(x2);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
+}
+
 TEST_F(NormEmbeddingDropoutTest, LayerNormNormalisesTrailingDims) {
   LayerNorm ln({4}, cpu, 1e-5, true, kFloat64);
   EXPECT_EQ(names_of(ln.named_parameters()), (std::vector<std::string>{"weight", "bias"}));
