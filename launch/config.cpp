@@ -1,5 +1,6 @@
 #include "launch/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -551,6 +552,33 @@ void check_shape(const YAML::Node& root, const std::string& source) {
   }
 }
 
+bool optimizer_reads(const std::string& optimizer, std::string_view key) {
+  const std::vector<std::string_view>& keys = optimizer_keys(optimizer);
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// A key of the optimizer section that the chosen optimiser does not read is refused like an
+// unknown key (`eta` under SGD would otherwise be silently ignored), naming the optimisers that
+// do read it.
+void check_optimizer_keys(const YAML::Node& root, const std::string& source, const Origins& origins,
+                          const std::string& optimizer) {
+  const YAML::Node node = root.IsMap() ? root["optimizer"] : YAML::Node();
+  if (!node || !node.IsMap()) return;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    if (optimizer_reads(optimizer, key)) continue;
+    std::string readers, own;
+    for (std::string_view name : kOptimizerNames)
+      if (optimizer_reads(std::string(name), key)) readers += (readers.empty() ? "" : ", ") + std::string(name);
+    for (std::string_view k : optimizer_keys(optimizer)) own += (own.empty() ? "" : ", ") + std::string(k);
+    auto it = origins.find("optimizer." + key);
+    const std::string where = it != origins.end() ? it->second : where_of(source, kv.first);
+    throw Error(where + ": optimizer." + key + ": " + optimizer + " does not use this key (only " + readers +
+                " do" + (readers.find(',') == std::string::npos ? "es" : "") + "); remove it or choose one of them. " +
+                optimizer + " reads: " + own);
+  }
+}
+
 Config parse_root(const YAML::Node& root, const std::string& source, const Origins& origins) {
   check_shape(root, source);
   Config config;
@@ -576,6 +604,7 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
     // Runs for an absent section too: a check may fill in defaults that depend on other keys.
     if (section.check) section.check(target, Context{source, section.name});
   });
+  check_optimizer_keys(root, source, origins, config.optimizer.name);
   return config;
 }
 
@@ -678,6 +707,8 @@ std::string to_yaml(const Config& config) {
   for_each_section([&](const auto& section) {
     out << YAML::Key << section.name << YAML::Value << YAML::BeginMap;
     for (const auto& f : section.fields) {
+      // The optimiser's own keys only: the resolved config loads back as it is.
+      if (std::string_view(section.name) == "optimizer" && !optimizer_reads(config.optimizer.name, f.key)) continue;
       out << YAML::Key << f.key << YAML::Value;
       f.emit(config.*(section.member), out);
     }

@@ -88,10 +88,11 @@ class Optimizer {
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
 
   // See NOTE [ Optimiser state ]. Buffers are shared, not copied (clone them to snapshot).
-  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Optimisers that keep state of their own (Shampoo) override both.
+  virtual std::vector<std::pair<std::string, Tensor>> state_dict() const;
   // Replaces the whole state; an unknown name, a missing step, a wrong shape or dtype is a
   // dp::Error naming the entry. Values are copied into fresh tensors on the parameter's device.
-  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+  virtual void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
 
   // Step count of a parameter (0 before its first update) and a named buffer (undefined when
   // the parameter has none yet).

@@ -15,8 +15,8 @@ namespace dp {
 inline constexpr std::array<std::string_view, 5> kOptimizerNames = {"sgd", "adamw", "lars", "lamb", "shampoo"};
 
 // The YAML optimizer section (launch/config.h's OptimizerConfig is this struct; the YAML layer
-// parses and prints it). Keys used by one optimiser only are ignored by the others. Unset
-// optionals take the optimiser's default (config loading fills them in).
+// parses and prints it). A recipe may set only the keys its optimiser reads (optimizer_keys);
+// unset optionals take the optimiser's default (config loading fills them in).
 struct OptimizerSpec {
   std::string name = "sgd";
   double lr = 0.05;
@@ -45,6 +45,13 @@ struct OptimizerSpec {
 double default_weight_decay(const std::string& name);
 double default_eps(const std::string& name);
 bool default_exclude_1d(const std::string& name);
+// The optimizer-section keys that optimiser `name` reads: name, lr, weight_decay, clip_grad_norm,
+// exclude_1d and exclude_names for every one, then its own (sgd: momentum, dampening, nesterov;
+// lars: momentum, eta, eps, lr_outside_momentum; ...). The config refuses a key the chosen
+// optimiser does not read, as it refuses an unknown one: `eta` under SGD is a mistake, not a
+// setting. An unknown name is a dp::Error.
+const std::vector<std::string_view>& optimizer_keys(const std::string& name);
+
 // The error for a name not in kOptimizerNames, listing them.
 [[noreturn]] void throw_unknown_optimizer(const std::string& name);
 

@@ -475,7 +475,7 @@ void Shampoo::update(const DeviceStep&) {  // host-gated: Optimizer::step resolv
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> Shampoo::shampoo_state() const {
+std::vector<std::pair<std::string, Tensor>> Shampoo::state_dict() const {
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("shampoo.step", from_vector<int64_t>({step_}, {}, host_));
   size_t k = 0;
@@ -500,26 +500,36 @@ std::vector<std::pair<std::string, Tensor>> Shampoo::shampoo_state() const {
   return out;
 }
 
-void Shampoo::load_shampoo_state(const std::vector<std::pair<std::string, Tensor>>& state) {
-  const std::vector<std::pair<std::string, Tensor>> mine = shampoo_state();
+void Shampoo::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  const std::vector<std::pair<std::string, Tensor>> mine = state_dict();
   // Check everything first, so that a bad entry leaves the state as it was.
+  std::vector<bool> given(mine.size(), false);
   std::vector<std::pair<Tensor, Tensor>> copies;
-  bool has_step = false;
   int64_t step = 0;
   for (const auto& [key, value] : state) {
     auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == key; });
-    DP_CHECK(it != mine.end(), name(), ": load_shampoo_state: unknown entry '", key,
+    DP_CHECK(it != mine.end(), name(), ": load_state_dict: unknown entry '", key,
              "' (this optimiser's parameters and options do not have it)");
-    DP_CHECK(value.defined() && value.shape() == it->second.shape(), name(), ": load_shampoo_state: '", key, "' is ",
-             value.defined() ? value.str() : "undefined", " but expected ", it->second.str());
+    const size_t at = static_cast<size_t>(it - mine.begin());
+    DP_CHECK(!given[at], name(), ": load_state_dict: entry '", key, "' is given twice");
+    given[at] = true;
+    DP_CHECK(value.defined() && value.shape() == it->second.shape() && value.dtype() == it->second.dtype(), name(),
+             ": load_state_dict: '", key, "' is ", value.defined() ? value.str() : "undefined", " but expected ",
+             it->second.str());
     if (key == "shampoo.step") {
       step = value.item<int64_t>();
-      has_step = true;
+      DP_CHECK(step >= 0, name(), ": load_state_dict: 'shampoo.step' must be >= 0, got ", step);
     } else {
       copies.emplace_back(it->second, value);
     }
   }
-  DP_CHECK(has_step, name(), ": load_shampoo_state: 'shampoo.step' is missing");
+  std::string missing;
+  int missing_count = 0;
+  for (size_t at = 0; at < mine.size(); ++at)
+    if (!given[at] && ++missing_count <= 5) missing += (missing.empty() ? "'" : ", '") + mine[at].first + "'";
+  DP_CHECK(missing_count == 0, name(), ": load_state_dict: ", missing_count, " entr", missing_count == 1 ? "y" : "ies",
+           " of this optimiser's state missing: ", missing, missing_count > 5 ? ", ..." : "",
+           " (a state saved with other parameters or options?)");
   for (auto& [dst, src] : copies) dst.copy_(src);
   step_ = step;
 }

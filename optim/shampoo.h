@@ -42,7 +42,7 @@
 // given bit-identical gradients. Every rank must call step() in lockstep (a root step issues one
 // collective, NOTE [ Process group contract ]); the group must take CPU tensors (the MPI backend).
 //
-// State (all float64, on the host): shampoo_state() names every tensor; see there.
+// State (all float64, on the host): state_dict() names every tensor; see there.
 #pragma once
 
 #include <cstdint>
@@ -130,13 +130,17 @@ class Shampoo : public Optimizer {
   //                                        has only L ([n, n], or [n] when diagonal)
   //   "state.<k>.block<b>.L_inv_root", ".R_inv_root"   their inverse roots, same shapes
   //   "state.<k>.block<b>.graft_state"     [rows, cols] or [n] (adagrad / adam grafting)
-  // The tensors are the live state (shared, not copied). load_shampoo_state copies values into
-  // them; every name must be known and every shape must match, else dp::Error.
-  std::vector<std::pair<std::string, Tensor>> shampoo_state() const;
-  void load_shampoo_state(const std::vector<std::pair<std::string, Tensor>>& state);
+  // All float64 but the step. The tensors are the live state (shared, not copied). Every rank
+  // holds all of it (NOTE [ Distributed Shampoo roots ]: the roots are gathered each root step),
+  // so rank 0's copy is the whole state. load_state_dict copies values into them and needs every
+  // entry, with its shape and dtype: a name missing, unknown or mis-shaped is a dp::Error naming
+  // it, and nothing changes (a checkpoint of another model or other options would otherwise
+  // continue with part of its state silently reset).
+  std::vector<std::pair<std::string, Tensor>> state_dict() const override;
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) override;
 
  protected:
-  // Shampoo keeps its state itself (shampoo_state()), none in the base class's buffers.
+  // Shampoo keeps its state itself (state_dict()), none in the base class's buffers.
   void update(const DeviceStep& device) override;
   std::vector<std::string> state_names() const override { return {}; }
 

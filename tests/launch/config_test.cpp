@@ -91,6 +91,30 @@ TEST(Config, RejectsUnknownKeysAndSections) {
   EXPECT_THAT(load_error("run: 5\n"), HasSubstr("run: expected a mapping of keys"));
 }
 
+// A key of the optimizer section that the chosen optimiser does not read is a mistake, refused
+// as an unknown key is, naming where it was set and who reads it; the resolved config prints the
+// chosen optimiser's keys only, so it loads back.
+TEST(Config, OptimizerKeysTheChosenOptimiserDoesNotReadAreRefused) {
+  EXPECT_EQ(load_error("optimizer:\n  name: sgd\n  eta: 0.001\n"),
+            "test.yaml:3: optimizer.eta: sgd does not use this key (only lars does); remove it or choose one of them. "
+            "sgd reads: name, lr, weight_decay, clip_grad_norm, exclude_1d, exclude_names, momentum, dampening, nesterov");
+  EXPECT_THAT(load_error("optimizer: {name: lars}\n", {"optimizer.betas=[0.9, 0.99]"}),
+              HasSubstr("--set optimizer.betas=[0.9, 0.99]: optimizer.betas: lars does not use this key (only adamw, "
+                        "lamb, shampoo do)"));
+  EXPECT_THAT(load_error("optimizer: {name: adamw, momentum: 0.9}\n"), HasSubstr("optimizer.momentum: adamw does not"));
+  EXPECT_THAT(load_error("optimizer: {name: lamb, grafting: adam}\n"), HasSubstr("only shampoo does"));
+  // Each optimiser's own keys load, and every optimiser reads the common ones.
+  EXPECT_NO_THROW(config_from_yaml_string("optimizer: {name: lars, eta: 0.002, momentum: 0.8, eps: 0, "
+                                          "lr_outside_momentum: true, clip_grad_norm: 1}\n", "t.yaml"));
+  EXPECT_NO_THROW(config_from_yaml_string("optimizer: {name: shampoo, betas: [0.9, 1], grafting: sgd}\n", "t.yaml"));
+  const Config lars = config_from_yaml_string("optimizer: {name: lars, eta: 0.002}\n", "t.yaml");
+  const std::string text = to_yaml(lars);
+  EXPECT_THAT(text, HasSubstr("eta: 0.002"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("betas")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("nesterov")));
+  EXPECT_TRUE(config_from_yaml_string(text, "resolved.yaml") == lars);
+}
+
 TEST(Config, CrossFieldRules) {
   EXPECT_THAT(load_error("optimizer: {momentum: 0, nesterov: true}"),
               HasSubstr("optimizer.nesterov: nesterov needs momentum > 0 and dampening 0"));

@@ -432,7 +432,7 @@ TEST_F(ShampooTest, NonFiniteGradientIsAClearErrorAndChangesNothing) {
                                     "at flat index 2");
   EXPECT_EQ(opt.steps(), 0);
   EXPECT_EQ(b.to_vector<double>(), before);
-  for (const auto& [name, t] : opt.shampoo_state()) {
+  for (const auto& [name, t] : opt.state_dict()) {
     if (name.ends_with(".L") || name.ends_with(".R")) {
       for (double x : t.to_vector<double>()) EXPECT_EQ(x, 0.0) << name;  // statistics untouched
     }
@@ -445,7 +445,7 @@ TEST_F(ShampooTest, NonFiniteGradientIsAClearErrorAndChangesNothing) {
 TEST_F(ShampooTest, RootsAreRecomputedExactlyAtTheConfiguredSteps) {
   Tensor w = param({3, 3});
   Shampoo opt({w}, {.lr = 0.01, .precondition_frequency = 3, .start_preconditioning_step = 5});
-  const auto state = opt.shampoo_state();
+  const auto state = opt.state_dict();
   auto find = [&](const std::string& name) {
     for (const auto& [n, t] : state)
       if (n == name) return t;
@@ -472,7 +472,7 @@ TEST_F(ShampooTest, FailedRootKeepsThePreviousInverseAndIsCounted) {
   Tensor w = param({2, 2});
   Shampoo opt({w}, {.lr = 0.01, .epsilon = 0.0, .grafting = ShampooGrafting::None});
   Tensor L_inv, R_inv;
-  for (const auto& [n, t] : opt.shampoo_state()) {
+  for (const auto& [n, t] : opt.state_dict()) {
     if (n == "state.0.block0.L_inv_root") L_inv = t;
     if (n == "state.0.block0.R_inv_root") R_inv = t;
   }
@@ -516,7 +516,7 @@ TEST_F(ShampooTest, OneDimensionalParametersAreFullUpToTheMaxDimAndDiagonalBeyon
   EXPECT_EQ(opt.blocks()[5].kind, Kind::Vector);  // [1, 3] drops its size-1 dimension
   EXPECT_EQ(opt.blocks()[5].rows, 3);
   std::vector<std::string> names;
-  for (const auto& [n, t] : opt.shampoo_state()) names.push_back(n + " " + shape_str(t.shape()));
+  for (const auto& [n, t] : opt.state_dict()) names.push_back(n + " " + shape_str(t.shape()));
   const std::vector<std::string> expect_prefix = {"shampoo.step []", "state.0.block0.L [4, 4]",
                                                   "state.0.block0.L_inv_root [4, 4]", "state.0.block0.graft_state [4]",
                                                   "state.1.block0.L [5]"};
@@ -537,9 +537,13 @@ TEST_F(ShampooTest, StateRoundTripContinuesBitIdentically) {
     feed(a, b, s);
     first.step();
   }
+  // Through the base class, as a checkpoint sees every optimiser.
+  const Optimizer& first_base = first;
+  Optimizer& second_base = second;
   std::vector<std::pair<std::string, Tensor>> saved;
-  for (const auto& [n, t] : first.shampoo_state()) saved.emplace_back(n, t.clone());
-  second.load_shampoo_state(saved);
+  for (const auto& [n, t] : first_base.state_dict()) saved.emplace_back(n, t.clone());
+  ASSERT_GT(saved.size(), 5u);
+  second_base.load_state_dict(saved);
   a2.detach().copy_(a);
   b2.detach().copy_(b);
   EXPECT_EQ(second.steps(), 5);
@@ -551,11 +555,20 @@ TEST_F(ShampooTest, StateRoundTripContinuesBitIdentically) {
   }
   EXPECT_EQ(a.to_vector<double>(), a2.to_vector<double>());
   EXPECT_EQ(b.to_vector<double>(), b2.to_vector<double>());
-  EXPECT_ERROR_CONTAINS(second.load_shampoo_state({{"state.9.block0.L", zeros({2}, kFloat64, cpu)},
-                                                   {"shampoo.step", saved[0].second}}),
+  EXPECT_ERROR_CONTAINS(second.load_state_dict({{"state.9.block0.L", zeros({2}, kFloat64, cpu)},
+                                                {"shampoo.step", saved[0].second}}),
                         "unknown entry 'state.9.block0.L'");
-  EXPECT_ERROR_CONTAINS(second.load_shampoo_state({{"state.0.block0.L", zeros({2}, kFloat64, cpu)}}),
+  EXPECT_ERROR_CONTAINS(second.load_state_dict({{"state.0.block0.L", zeros({2}, kFloat64, cpu)}}),
                         "but expected float64[4, 4]");
+  // Every entry is needed, in its dtype; a refused load changes nothing.
+  const std::vector<double> before = second.state_dict().at(1).second.to_vector<double>();
+  std::vector<std::pair<std::string, Tensor>> partial(saved.begin(), saved.end() - 1);
+  for (auto& [n, t] : partial) t = zeros(t.shape(), t.dtype(), cpu);
+  EXPECT_ERROR_CONTAINS(second.load_state_dict(partial), "1 entry of this optimiser's state missing: '" + saved.back().first);
+  std::vector<std::pair<std::string, Tensor>> narrowed = saved;
+  narrowed[1].second = narrowed[1].second.to(kFloat32);
+  EXPECT_ERROR_CONTAINS(second.load_state_dict(narrowed), "but expected float64");
+  EXPECT_EQ(second.state_dict().at(1).second.to_vector<double>(), before);
 }
 
 TEST_F(ShampooTest, RejectsInvalidOptions) {
