@@ -50,6 +50,17 @@ class Distributed : public ::testing::Test {
                      << extra;
     return p.string();
   }
+  // dptrain's arguments for a deterministic ResNet-18 run of `steps` steps (batch 32) on
+  // synthetic 32x32 images, with `optimizer` as the optimizer section.
+  std::string resnet18_synthetic_args(const std::string& optimizer, int steps, int train_size, int eval_size) {
+    return " --config " + config("resnet18.yaml", "model: {name: resnet18, num_classes: 10}\noptimizer: " + optimizer +
+                                                      "\n") +
+           " --set run.max_steps=" + std::to_string(steps) +
+           " --set run.deterministic=true --set data.dataset=synthetic --set data.synthetic_train_size=" +
+           std::to_string(train_size) + " --set data.synthetic_eval_size=" + std::to_string(eval_size) +
+           " --set data.batch_size=32 --set data.eval_batch_size=32 --set data.image_size=32"
+           " --set data.eval_resize_size=32 --set data.eval_image_size=32";
+  }
   void expect_error_on_every_rank(const ProgramResult& r, const std::string& message) {
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.exit_code, 124) << "timed out instead of failing: " << r.output;
@@ -246,14 +257,7 @@ double metrics_figure(const fs::path& metrics, const std::string& key, const std
 // (backward, all-reduce, SGD, running statistics) agree with the 1-process run within 1e-5;
 // with per-rank statistics the same 2-rank run misses by far more.
 TEST_F(Distributed, SyncBatchNormTwoRanksMatchOneProcess) {
-  const std::string cfg = config("c.yaml",
-                                 "model: {name: resnet18, num_classes: 10}\n"
-                                 "optimizer: {name: sgd, lr: 0.01, momentum: 0.9}\n");
-  const std::string common = " --config " + cfg +
-                             " --set run.max_steps=1 --set run.deterministic=true --set data.dataset=synthetic"
-                             " --set data.synthetic_train_size=64 --set data.synthetic_eval_size=64"
-                             " --set data.batch_size=32 --set data.eval_batch_size=32 --set data.image_size=32"
-                             " --set data.eval_resize_size=32 --set data.eval_image_size=32";
+  const std::string common = resnet18_synthetic_args("{name: sgd, lr: 0.01, momentum: 0.9}", 1, 64, 64);
   auto run = [&](const std::string& launcher, const std::string& name, const std::string& extra) {
     const ProgramResult r = run_program(launcher + dptrain_binary() + common + " --set run.output_dir=" +
                                         (dir_ / name).string() + extra);
@@ -277,14 +281,8 @@ TEST_F(Distributed, SyncBatchNormTwoRanksMatchOneProcess) {
 // BatchNorm over each shard. The plain 2-rank run is the same computation (its average divides
 // by 2 exactly); the plain 1-process run normalises over the whole batch and ends elsewhere.
 TEST_F(Distributed, FixedShardsOneProcessEndsWhereTwoRanksEnd) {
-  const std::string cfg = config("c.yaml",
-                                 "model: {name: resnet18, num_classes: 10}\n"
-                                 "optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 1.0e-4}\n");
-  const std::string common = " --config " + cfg +
-                             " --set run.max_steps=4 --set run.deterministic=true --set data.dataset=synthetic"
-                             " --set data.synthetic_train_size=128 --set data.synthetic_eval_size=32"
-                             " --set data.batch_size=32 --set data.eval_batch_size=32 --set data.image_size=32"
-                             " --set data.eval_resize_size=32 --set data.eval_image_size=32";
+  const std::string common =
+      resnet18_synthetic_args("{name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 1.0e-4}", 4, 128, 32);
   auto digest_of = [&](const std::string& launcher, const std::string& extra) {
     const ProgramResult r = run_program(launcher + dptrain_binary() + common + extra);
     EXPECT_EQ(r.exit_code, 0) << r.output;
