@@ -97,7 +97,7 @@ class Optimizer {
   // Step count of a parameter (0 before its first update) and a named buffer (undefined when
   // the parameter has none yet).
   // (Reads the device count: for tests and logs.)
-  int64_t step_count(size_t group, size_t index) const;
+  virtual int64_t step_count(size_t group, size_t index) const;
   Tensor state_buffer(size_t group, size_t index, const std::string& buffer) const;
 
  protected:

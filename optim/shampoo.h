@@ -95,6 +95,8 @@ class Shampoo : public Optimizer {
 
   const ShampooOptions& options() const { return options_; }
   int64_t steps() const { return step_; }
+  // One count for the whole optimiser (NOTE [ Shampoo update ]): every parameter's is steps().
+  int64_t step_count(size_t, size_t) const override { return step_; }
 
   // ---- Blocks and their assignment to ranks ----
   struct BlockInfo {

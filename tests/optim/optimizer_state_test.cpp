@@ -3,58 +3,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include "optim/registry.h"
 #include "optim_harness.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/io/safetensors.h"
+#include "runtime/io/tensor_file.h"
 
 namespace dp {
 namespace {
 
 using testing::OptimHarness;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
-void save(const NamedTensors& state, const std::string& path) {
-  SafetensorsFile file;
-  for (const auto& [name, t] : state) {
-    if (t.dtype() == kFloat64) {
-      const std::vector<double> v = t.to_vector<double>();
-      file.add(name, make_safetensors_entry<double>(t.shape(), v));
-    } else if (t.dtype() == kFloat32) {
-      const std::vector<float> v = t.to_vector<float>();
-      file.add(name, make_safetensors_entry<float>(t.shape(), v));
-    } else {
-      const std::vector<int64_t> v = t.to_vector<int64_t>();
-      file.add(name, make_safetensors_entry<int64_t>(t.shape(), v));
-    }
-  }
-  write_safetensors(path, file);
-}
-
-NamedTensors load(const std::string& path, Device device) {
-  NamedTensors out;
-  for (const auto& [name, e] : read_safetensors(path).tensors) {
-    const int64_t n = safetensors_numel(e.shape);
-    if (e.dtype == "F64") {
-      std::vector<double> v(n);
-      std::memcpy(v.data(), e.data.data(), e.data.size());
-      out.emplace_back(name, from_vector(v, e.shape, device));
-    } else if (e.dtype == "F32") {
-      std::vector<float> v(n);
-      std::memcpy(v.data(), e.data.data(), e.data.size());
-      out.emplace_back(name, from_vector(v, e.shape, device));
-    } else {
-      std::vector<int64_t> v(n);
-      std::memcpy(v.data(), e.data.data(), e.data.size());
-      out.emplace_back(name, from_vector(v, e.shape, device));
-    }
-  }
-  return out;
-}
 
 NamedTensors named(const std::vector<ParamGroup>& groups) {
   NamedTensors out;
@@ -83,7 +44,7 @@ TEST_P(OptimizerStateTest, RoundTripContinuesIdentically) {
   }
   const std::string path =
       (std::filesystem::temp_directory_path() / ("dptrain_optim_state_" + spec.name + ".safetensors")).string();
-  save(first->state_dict(), path);
+  save_tensors(path, first->state_dict());
 
   // A second optimiser over copies of the parameters, its state read back from the file.
   OptimHarness b(cpu, kFloat32, spec.lr, 0.01, spec.lr);
@@ -94,7 +55,7 @@ TEST_P(OptimizerStateTest, RoundTripContinuesIdentically) {
       b.ref[g][i] = a.ref[g][i];
     }
   std::unique_ptr<Optimizer> second = make_optimizer(spec, named(b.groups));
-  second->load_state_dict(load(path, cpu));
+  second->load_state_dict(load_tensors(path, cpu));
   std::filesystem::remove(path);
   EXPECT_EQ(second->step_count(0, 0), 5);
   for (int step = 5; step < 10; ++step) {
@@ -111,7 +72,7 @@ TEST_P(OptimizerStateTest, RoundTripContinuesIdentically) {
           << spec.name << ": group " << g << " parameter " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerStateTest, ::testing::Values("sgd", "adamw", "lars", "lamb"));
+INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerStateTest, ::testing::Values("sgd", "adamw", "lars", "lamb", "shampoo"));
 
 TEST(OptimizerStateErrors, NameTheEntry) {
   CpuBackend backend(1);
