@@ -266,6 +266,7 @@ Section<RunConfig> run_section() {
            field("device", &RunConfig::device, device_spec()), field("output_dir", &RunConfig::output_dir, text()),
            field("log_every", &RunConfig::log_every, integer_in(1, limits::kMaxSteps)),
            field("metrics_file", &RunConfig::metrics_file, file_in_output_dir()),
+           field("weights_file", &RunConfig::weights_file, optional_file_in_output_dir()),
            field("max_steps", &RunConfig::max_steps, integer_in(0, limits::kMaxSteps)),
            field("eval_every_epoch", &RunConfig::eval_every_epoch, boolean()),
            field("eval_every", &RunConfig::eval_every, integer_in(1, limits::kMaxEpochs)),
@@ -351,7 +352,8 @@ Section<ModelConfig> model_section() {
            field("num_classes", &ModelConfig::num_classes, integer_in(1, limits::kMaxClasses)),
            field("mlp_hidden", &ModelConfig::mlp_hidden, list_of(integer_in(1, limits::kMaxWidth), false, limits::kMaxLayers)),
            field("dropout", &ModelConfig::dropout, fraction()),
-           field("zero_init_residual", &ModelConfig::zero_init_residual, boolean())},
+           field("zero_init_residual", &ModelConfig::zero_init_residual, boolean()),
+           field("init_from", &ModelConfig::init_from, text())},
           nullptr};
 }
 

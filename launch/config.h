@@ -50,6 +50,8 @@ struct RunConfig {
   std::string output_dir = "runs/default";
   int64_t log_every = 50;              // steps between progress reports
   std::string metrics_file = "metrics.jsonl";  // relative to output_dir
+  // The final weights (rank 0), torch's names, safetensors; relative to output_dir; empty: none.
+  std::string weights_file = "model.safetensors";
   int64_t max_steps = 0;               // 0 = no limit
   bool eval_every_epoch = true;        // false: evaluate after the last epoch only
   // Evaluate after epoch e when (e + eval_offset) % eval_every == 0, and after the last epoch
@@ -112,6 +114,9 @@ struct ModelConfig {
   std::vector<int64_t> mlp_hidden = {1024, 1024};
   double dropout = 0.0;
   bool zero_init_residual = false;     // resnet*: last BN of each residual branch starts at weight 0
+  // A safetensors file of weights with torch's names (torchvision, Hugging Face, dptrain's own)
+  // loaded over the initialisation, strictly; empty: none.
+  std::string init_from;
 };
 
 // The optimizer section is the optimiser factory's own options struct (optim/optimizer_spec.h); the

@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
                   static_cast<unsigned long long>(report.model_digest), metrics ? metrics->path().c_str() : "-");
     console.line(line);
+    if (!report.weights_path.empty()) console.line("weights in " + report.weights_path);
     batch_norm_group.reset();
     group.reset();
     gpu_group.reset();

@@ -16,12 +16,14 @@
 #include "comm/ddp/reducer.h"
 #include "runtime/core/hash.h"
 #include "launch/datasets.h"
+#include "launch/metrics_log.h"
 #include "launch/mllog.h"
 #include "launch/step_profiler.h"
 #include "launch/training_run.h"
 #include "launch/stop_signals.h"
 #include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/io/tensor_file.h"
 #include "runtime/nn/tensor_core_shapes.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
@@ -569,6 +571,20 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   report.stop_signal = stop_signal;
   report.peak_rss_mib = peak_rss_mib();
   report.model_digest = model_digest(*run.model, run.cpu);
+  if (!config.run.weights_file.empty() && run.rank == 0) {
+    // The final weights with torch's names (model.init_from and torchvision load them); an
+    // earlier run's file is kept under another name, never overwritten.
+    const std::string path = (std::filesystem::path(config.run.output_dir) / config.run.weights_file).string();
+    const std::string kept = keep_existing_file(path);
+    if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
+    char digest[24];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
+    save_tensors(path, run.model->state_dict(),
+                 {{"format", "dptrain model weights"}, {"model", config.model.name},
+                  {"num_classes", std::to_string(config.model.num_classes)}, {"steps", std::to_string(step)},
+                  {"model_digest", digest}});
+    report.weights_path = path;
+  }
   report_end(config, run, console, metrics, profiler, comm, report);
   // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).
   mllog.stop(report.reached_target ||

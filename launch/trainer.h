@@ -44,6 +44,7 @@ struct TrainReport {
   // FNV-1a over every parameter's and buffer's name and bytes at the end: equal digests, equal
   // models (to compare runs, e.g. with run.deterministic).
   uint64_t model_digest = 0;
+  std::string weights_path;  // run.weights_file as written (rank 0); empty: none
 };
 
 // Runs config's recipe on `runtime`; `metrics` may be null. With a `world.group` of more than

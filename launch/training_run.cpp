@@ -13,6 +13,7 @@
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/backend.h"
+#include "runtime/io/tensor_file.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
@@ -222,6 +223,21 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   spec.dropout = config.model.dropout;
   spec.zero_init_residual = config.model.zero_init_residual;
   r.model = build_model(spec, r.device, init_gen);
+  if (!config.model.init_from.empty()) {
+    // Strict: a missing, unexpected or mis-shaped tensor is listed (torch's strict=True).
+    std::vector<nn::NamedTensor> weights;
+    try {
+      weights = load_tensors(config.model.init_from, r.cpu);
+    } catch (const Error& e) {
+      throw Error(detail::concat("model.init_from: ", e.what()));  // names the file and the problem
+    }
+    try {
+      r.model->load_state_dict(weights);
+    } catch (const Error& e) {
+      throw Error(detail::concat("model.init_from: ", config.model.init_from, " does not fit model ", spec.name,
+                                 " with ", spec.num_classes, " classes: ", e.what()));
+    }
+  }
   r.model->train();
   if (r.world_size > 1) {
     broadcast_model_from_rank0(*r.model, *r.model_group);

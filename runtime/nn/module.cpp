@@ -1,5 +1,8 @@
 #include "runtime/nn/module.h"
 
+#include <map>
+#include <set>
+
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/core/error.h"
 
@@ -43,6 +46,64 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
 void Module::collect(const std::string& prefix, bool parameters, std::vector<NamedTensor>& out) const {
   for (const auto& [name, t] : parameters ? parameters_ : buffers_) out.emplace_back(prefix + name, t);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", parameters, out);
+}
+
+void Module::collect_state(const std::string& prefix, std::vector<NamedTensor>& out) const {
+  for (const auto& [name, t] : parameters_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, t] : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect_state(prefix + name + ".", out);
+}
+
+std::vector<NamedTensor> Module::state_dict() const {
+  std::vector<NamedTensor> out;
+  collect_state("", out);
+  return out;
+}
+
+Module::LoadReport Module::load_state_dict(const std::vector<NamedTensor>& state, bool strict) {
+  const std::vector<NamedTensor> mine = state_dict();
+  std::map<std::string, const Tensor*> given;
+  LoadReport report;
+  std::vector<std::string> problems, duplicated;
+  for (const auto& [name, t] : state)
+    if (!given.emplace(name, &t).second) duplicated.push_back(name);
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  std::set<std::string> known;
+  for (const auto& [name, t] : mine) {
+    known.insert(name);
+    auto it = given.find(name);
+    if (it == given.end()) {
+      report.missing.push_back(name);
+      continue;
+    }
+    const Tensor& value = *it->second;
+    if (!value.defined() || value.shape() != t.shape())
+      problems.push_back("'" + name + "' is " + (value.defined() ? value.str() : "undefined") + " in the state but " +
+                         t.str() + " in the model");
+    else
+      copies.emplace_back(t, &value);
+  }
+  for (const auto& [name, t] : state)
+    if (!known.count(name)) report.unexpected.push_back(name);
+  auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 20; ++i) out += (i ? ", " : "") + names[i];
+    if (names.size() > 20) out += ", ... (" + std::to_string(names.size()) + " in all)";
+    return out;
+  };
+  if (!duplicated.empty()) problems.push_back("given more than once: " + list(duplicated));
+  if (strict && !report.missing.empty())
+    problems.push_back(std::to_string(report.missing.size()) + " missing: " + list(report.missing));
+  if (strict && !report.unexpected.empty())
+    problems.push_back(std::to_string(report.unexpected.size()) + " unexpected: " + list(report.unexpected));
+  if (!problems.empty()) {
+    std::string text = "load_state_dict: the state does not fit this model";
+    for (const std::string& p : problems) text += "\n  " + p;
+    throw Error(text);
+  }
+  NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src->dtype() == dst.dtype() ? *src : src->to(dst.dtype()));
+  return report;
 }
 
 std::vector<NamedTensor> Module::named_parameters() const {

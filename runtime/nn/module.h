@@ -55,6 +55,21 @@ class Module {
   // The pointers are owned by the tree and live as long as this module.
   std::vector<std::pair<std::string, Module*>> named_modules();
 
+  // ---- State (torch's state_dict / load_state_dict) ----
+  // Every parameter and buffer by its torch name, in torch's order: each module's parameters,
+  // then its buffers, then its children's (what torch.save(model.state_dict()) holds). The
+  // tensors are the live ones (shared, not copied).
+  std::vector<NamedTensor> state_dict() const;
+  // What load_state_dict left out: names this model has that `state` lacks, and the reverse.
+  struct LoadReport {
+    std::vector<std::string> missing, unexpected;
+  };
+  // Copies each entry of `state` into the tensor of that name, in place (under NoGradGuard),
+  // converting the dtype as torch's copy_ does. A shape that differs is always an error; with
+  // `strict` a missing or unexpected name is one too. Every problem is listed in one dp::Error
+  // and nothing is changed then; without `strict` the names left out are returned.
+  LoadReport load_state_dict(const std::vector<NamedTensor>& state, bool strict = true);
+
   // ---- Mode ----
   // Sets training mode on this module and all descendants (Dropout, BatchNorm read it).
   void train(bool on = true);
@@ -69,6 +84,7 @@ class Module {
   void check_new_name(const std::string& name, const char* what) const;
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, bool parameters, std::vector<NamedTensor>& out) const;
+  void collect_state(const std::string& prefix, std::vector<NamedTensor>& out) const;
   void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, Module*>>& out);
 
   std::vector<NamedTensor> parameters_;

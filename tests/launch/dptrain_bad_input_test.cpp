@@ -113,6 +113,25 @@ TEST_F(BadInput, UnknownFlagAndMissingConfig) {
   EXPECT_THAT(r.output, HasSubstr("--config"));
 }
 
+// model.init_from: a file that is not there, or weights of another model, stop the run naming the
+// file and what does not fit.
+TEST_F(BadInput, InitFromMissingOrMisfittingWeights) {
+  expect_error(run_dptrain("--config " + config("model: {init_from: " + (dir_ / "none.safetensors").string() + "}\n")),
+               "model.init_from: ");
+  expect_error(run_dptrain("--config " + config("model: {init_from: " + (dir_ / "none.safetensors").string() + "}\n")),
+               "none.safetensors");
+  // A safetensors file holding one tensor of another name: every SmallCNN tensor is missing.
+  const std::string header = R"({"other":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  file += header + std::string(4, '\0');
+  const std::string weights = write("w.safetensors", file);
+  const Result r = run_dptrain("--config " + config("model: {init_from: " + weights + "}\n"));
+  expect_error(r, "model.init_from: " + weights + " does not fit model small_cnn with 10 classes");
+  EXPECT_THAT(r.output, HasSubstr("1 unexpected: other"));
+  EXPECT_THAT(r.output, HasSubstr("missing: "));
+}
+
 TEST_F(BadInput, CudaDeviceWithoutGpuIsAClearError) {
   Result r = run_dptrain("--config " + config("") + " --set run.device=cuda");
   // Either no GPU (this machine, CI) or a build without CUDA: both must be a clean error; on a

@@ -208,6 +208,34 @@ TEST_F(Robustness, EveryEarlierMetricsFileIsKeptEvenWithinOneSecond) {
   EXPECT_EQ(completed, 2);
 }
 
+// run.weights_file: the final weights with torch's names and, in the metadata, the digest the
+// run prints; another run starts from them (model.init_from, strict) in the same folder, which
+// keeps the earlier file under another name instead of replacing it; empty turns it off.
+TEST_F(Robustness, FinalWeightsAreWrittenLoadableAndNeverOverwritten) {
+  const ProgramResult first = run("--config " + config(""));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const fs::path weights = out() / "model.safetensors";
+  EXPECT_THAT(first.output, HasSubstr("weights in " + weights.string()));
+  ASSERT_TRUE(fs::exists(weights));
+  // The metadata names the model and carries the printed digest.
+  std::ifstream in(weights, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(bytes, HasSubstr("\"model_digest\":\"" + dp::testing::model_digest(first.output) + "\""));
+  EXPECT_THAT(bytes, HasSubstr("\"layers.0.weight\"")) << "torch's names (the MLP's first Linear)";
+  // A second run in the same folder starts from them and keeps them under another name.
+  const ProgramResult second = run("--config " + config("", "c2.yaml") + " --set model.init_from=" + weights.string());
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("an earlier run's " + weights.string() + " is kept as "));
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(out()))
+    kept += e.path().filename().string().starts_with("model.safetensors.");
+  EXPECT_EQ(kept, 1);
+  // Off: nothing written.
+  const ProgramResult off = run("--config " + config("", "c3.yaml") + " --set run.weights_file=");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_THAT(off.output, ::testing::Not(HasSubstr("weights in")));
+}
+
 TEST_F(Robustness, AMetricsFileThatIsADirectoryIsLeftAlone) {
   fs::create_directories(out() / "m" / "inside");
   std::ofstream(out() / "m" / "inside" / "keep.txt") << "mine";

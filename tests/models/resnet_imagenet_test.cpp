@@ -7,16 +7,19 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
+#include "common/expect_error.h"
 #include "common/reference.h"
 #include "model_test_util.h"
 
 #include "models/resnet.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/io/tensor_file.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
@@ -201,6 +204,53 @@ TEST_F(ResNetImageNetTest, ResNet50EvalLogitsMatchTorchvision) {
   std::ostringstream text;
   text << std::scientific << std::setprecision(2) << worst;
   RecordProperty("max_abs_diff", text.str());  // --gtest_output=xml shows it
+}
+
+// Weights through a file with torch's names (model.init_from, and what dptrain writes): a
+// ResNet-50 filled as the fixture's torchvision model, saved with state_dict() — torch's names in
+// torch's order, each module's parameters then its buffers — and loaded strictly into a fresh
+// model gives torchvision's logits. A state that does not fit is refused listing every problem.
+TEST_F(ResNetImageNetTest, ResNet50WeightsThroughATorchNamedFileGiveTorchvisionsLogits) {
+  const testing::Fixture f("resnet50_forward");
+  auto filled = resnet50(10, 3, cpu, gen);
+  fill_like_the_fixture(*filled);
+  const std::vector<nn::NamedTensor> state = filled->state_dict();
+  ASSERT_GE(state.size(), 7u);
+  std::vector<std::string> head;
+  for (size_t i = 0; i < 7; ++i) head.push_back(state[i].first);
+  EXPECT_EQ(head, (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
+                                            "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv1.weight"}));
+  EXPECT_EQ(state.size(), filled->named_parameters().size() + filled->named_buffers().size());
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("dptrain_resnet50_weights_" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
+  save_tensors(path, state);
+  Generator other(7);
+  auto fresh = resnet50(10, 3, cpu, other);
+  const nn::Module::LoadReport report = fresh->load_state_dict(load_tensors(path, cpu));
+  std::filesystem::remove(path);
+  EXPECT_TRUE(report.missing.empty() && report.unexpected.empty());
+  fresh->eval();
+  EXPECT_TENSOR_NEAR("logits", fresh->forward(f.tensor("x", cpu)), f.tensor("logits", cpu), 1e-4);
+
+  // Strict: missing and unexpected names and wrong shapes, all in one message; nothing loaded.
+  std::vector<nn::NamedTensor> broken(state.begin() + 1, state.end());  // conv1.weight missing
+  broken.emplace_back("fc.extra", zeros({3}, kFloat32, cpu));
+  auto thousand = resnet50(1000, 3, cpu, other);
+  const std::vector<float> before = thousand->state_dict().front().second.to_vector<float>();
+  EXPECT_ERROR_CONTAINS(thousand->load_state_dict(broken), "1 missing: conv1.weight");
+  EXPECT_ERROR_CONTAINS(thousand->load_state_dict(broken), "1 unexpected: fc.extra");
+  EXPECT_ERROR_CONTAINS(thousand->load_state_dict(broken),
+                        "'fc.weight' is float32[10, 2048] on cpu in the state but float32[1000, 2048] on cpu");
+  EXPECT_EQ(thousand->state_dict().front().second.to_vector<float>(), before);
+  // Not strict: the names left out are reported, the rest loaded (shapes must still fit).
+  broken.pop_back();
+  std::vector<nn::NamedTensor> fitting;
+  for (const auto& e : broken)
+    if (!e.first.starts_with("fc.")) fitting.push_back(e);
+  const nn::Module::LoadReport partial = thousand->load_state_dict(fitting, /*strict=*/false);
+  EXPECT_EQ(partial.missing, (std::vector<std::string>{"conv1.weight", "fc.weight", "fc.bias"}));
+  EXPECT_TRUE(partial.unexpected.empty());
 }
 
 TEST_F(ResNetImageNetTest, ForwardBackwardGivesEveryParameterAFiniteGradient) {
