@@ -282,6 +282,9 @@ Section<RunConfig> run_section() {
               fail({c.where, "run.eval_offset"}, "expected a number of epochs below run.eval_every (" +
                                                     std::to_string(r.eval_every) + "), got " +
                                                     std::to_string(r.eval_offset));
+            if (r.weights_file == r.metrics_file)
+              fail({c.where, "run.weights_file"}, "'" + r.weights_file + "' is run.metrics_file too: choose another "
+                                                  "name (or empty for no weights file)");
           }};
 }
 

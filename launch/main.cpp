@@ -135,7 +135,11 @@ int main(int argc, char** argv) {
                   static_cast<long long>(report.steps), report.peak_rss_mib, world_size > 1 ? " (rank 0)" : "",
                   static_cast<unsigned long long>(report.model_digest), metrics ? metrics->path().c_str() : "-");
     console.line(line);
-    if (!report.weights_path.empty()) console.line("weights in " + report.weights_path);
+    if (!report.weights_path.empty()) {
+      std::snprintf(line, sizeof line, "weights in %s (%.1f MB, written in %.2f s)", report.weights_path.c_str(),
+                    static_cast<double>(report.weights_bytes) / 1e6, report.weights_seconds);
+      console.line(line);
+    }
     batch_norm_group.reset();
     group.reset();
     gpu_group.reset();

@@ -579,11 +579,14 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
     char digest[24];
     std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
+    const auto save_start = std::chrono::steady_clock::now();
     save_tensors(path, run.model->state_dict(),
                  {{"format", "dptrain model weights"}, {"model", config.model.name},
                   {"num_classes", std::to_string(config.model.num_classes)}, {"steps", std::to_string(step)},
                   {"model_digest", digest}});
+    report.weights_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start).count();
     report.weights_path = path;
+    report.weights_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
   }
   report_end(config, run, console, metrics, profiler, comm, report);
   // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).

@@ -45,6 +45,8 @@ struct TrainReport {
   // models (to compare runs, e.g. with run.deterministic).
   uint64_t model_digest = 0;
   std::string weights_path;  // run.weights_file as written (rank 0); empty: none
+  int64_t weights_bytes = 0;
+  double weights_seconds = 0;  // writing it: fsynced and renamed into place
 };
 
 // Runs config's recipe on `runtime`; `metrics` may be null. With a `world.group` of more than

@@ -115,6 +115,16 @@ TEST(Config, OptimizerKeysTheChosenOptimiserDoesNotReadAreRefused) {
   EXPECT_TRUE(config_from_yaml_string(text, "resolved.yaml") == lars);
 }
 
+TEST(Config, WeightsFileIsInsideTheOutputDirAndNotTheMetricsFile) {
+  EXPECT_EQ(config_from_yaml_string("", "t.yaml").run.weights_file, "model.safetensors");
+  EXPECT_EQ(config_from_yaml_string("run: {weights_file: ''}", "t.yaml").run.weights_file, "");
+  EXPECT_THAT(load_error("run: {weights_file: /tmp/w.safetensors}"), HasSubstr("run.weights_file: expected a file name "
+                                                                                "relative to run.output_dir"));
+  EXPECT_THAT(load_error("run: {weights_file: ../w.safetensors}"), HasSubstr("without '.' or '..'"));
+  EXPECT_THAT(load_error("run: {weights_file: metrics.jsonl}"), HasSubstr("run.weights_file: 'metrics.jsonl' is "
+                                                                          "run.metrics_file too"));
+}
+
 TEST(Config, CrossFieldRules) {
   EXPECT_THAT(load_error("optimizer: {momentum: 0, nesterov: true}"),
               HasSubstr("optimizer.nesterov: nesterov needs momentum > 0 and dampening 0"));
