@@ -2,13 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "launch/version.h"
+
 namespace dp {
 
 std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
   CliArgs args;
   CheckMllogArgs check;
   CLI::App app{"dptrain: data-parallel deep-learning training", "dptrain"};
-  app.set_version_flag("--version", "dptrain 0.1.0");
+  app.set_version_flag("--version", std::string("dptrain ") + kDptrainVersion);
   // Required unless a subcommand runs instead (checked after parsing).
   CLI::Option* config = app.add_option("-c,--config", args.config_path, "YAML recipe, e.g. configs/fashion_mnist.yaml");
   CLI::Option* set =

@@ -22,6 +22,7 @@
 #include "launch/mllog_checker.h"
 #include "launch/stop_signals.h"
 #include "launch/trainer.h"
+#include "launch/version.h"
 #include "runtime/core/error.h"
 #include "runtime/core/runtime.h"
 
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     }
     // Only rank 0 prints and writes files.
     dp::Console console(rank == 0 ? stdout : nullptr, rank == 0 && redraw_progress(launcher, env));
-    console.line("dptrain 0.1.0 — resolved configuration (" + args.config_path + "):");
+    console.line(std::string("dptrain ") + dp::kDptrainVersion + " — resolved configuration (" + args.config_path + "):");
     console.line(dp::to_yaml(config));
     std::unique_ptr<dp::MetricsLog> metrics;
     if (rank == 0) {

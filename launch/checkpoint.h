@@ -1,0 +1,63 @@
+// Checkpoints on disk: one directory per save, complete or absent.
+//
+// NOTE [ Checkpoint layout ]
+// <run.output_dir>/checkpoints/step_<00000000N>/ holds
+//   model.safetensors   every parameter and buffer with torch's names (what run.weights_file
+//                       holds: torchvision and model.init_from read it as it is);
+//   state.safetensors   everything else a run needs to continue, as named tensors: the
+//                       optimiser's state_dict() under "optimizer.", the loss scaler's under
+//                       "scaler.", the schedule clock's under "clock." (the trainer decides);
+//   checkpoint.json     the manifest, written last: format version, dptrain version, the
+//                       position (step, epoch, step in epoch), the world size, a hash of the
+//                       config, free-form facts, and each file's size and FNV-1a 64 digest.
+// A save writes all of it into "step_<N>.tmp.<pid>", fsyncs every file and the directory,
+// renames the directory into place and fsyncs the parent: a reader (and `--resume auto`, which
+// takes the newest step_* directory) never sees half a checkpoint, and a crash or a full disk
+// during a save leaves the earlier checkpoints as they were. Loading checks the manifest's
+// version, then every file's size and digest, before parsing anything: a truncated, bit-flipped,
+// wrong-version or foreign directory is refused naming the file and the problem.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/io/tensor_file.h"
+
+namespace dp {
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+struct CheckpointPosition {
+  int64_t step = 0;           // optimiser steps done
+  int64_t epoch = 0;          // 0-based epoch the next step belongs to
+  int64_t step_in_epoch = 0;  // steps of that epoch already done
+};
+
+struct Checkpoint {
+  CheckpointPosition position;
+  int world_size = 1;
+  uint64_t config_hash = 0;  // of the settings a resumed run must share (the trainer decides which)
+  std::map<std::string, std::string> facts;  // free-form, e.g. the model's name (kept in the manifest)
+  NamedTensorList model;  // model.safetensors
+  NamedTensorList state;  // state.safetensors
+};
+
+// Writes `checkpoint` as <checkpoints_dir>/step_<N> (N = position.step, zero-padded to 9
+// digits), atomically (NOTE [ Checkpoint layout ]); creates checkpoints_dir when missing. An
+// existing step_<N> is an error (nothing a user made is replaced). Returns the directory.
+std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint& checkpoint);
+
+// The complete checkpoint directories under checkpoints_dir (step_<digits>, temporaries and
+// anything else ignored), oldest first by step; empty when there is none or no such directory.
+std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);
+
+// Reads and verifies one checkpoint directory; tensors land on `device`. dp::Error naming the
+// file and the problem otherwise.
+Checkpoint load_checkpoint(const std::string& dir, Device device);
+
+// Removes all but the newest `keep` complete checkpoints (keep >= 1); returns those removed.
+std::vector<std::string> prune_checkpoints(const std::string& checkpoints_dir, int64_t keep);
+
+}  // namespace dp
