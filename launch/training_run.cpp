@@ -213,7 +213,8 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
            " steps per epoch, the preflight ", r.plan.steps_per_epoch);
 
   // ---- Model ----
-  Generator init_gen(config.run.seed);
+  // The model keeps a reference to it (Dropout draws from it every step): it lives in the run.
+  r.generator = Generator(config.run.seed);
   ModelSpec spec;
   spec.name = config.model.name;
   spec.num_classes = config.model.num_classes;
@@ -222,7 +223,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   spec.mlp_hidden = config.model.mlp_hidden;
   spec.dropout = config.model.dropout;
   spec.zero_init_residual = config.model.zero_init_residual;
-  r.model = build_model(spec, r.device, init_gen);
+  r.model = build_model(spec, r.device, r.generator);
   if (!config.model.init_from.empty()) {
     // Strict: a missing, unexpected or mis-shaped tensor is listed (torch's strict=True).
     std::vector<nn::NamedTensor> weights;

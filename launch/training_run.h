@@ -31,6 +31,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/nn/batchnorm.h"
 #include "runtime/nn/module.h"
+#include "runtime/tensor/generator.h"
 
 namespace dp {
 
@@ -104,6 +105,9 @@ struct TrainingRun {
   std::unique_ptr<BatchUploader> train_uploader, eval_uploader;  // NOTE [ Batch upload ]
   std::unique_ptr<DataLoader> train_loader, eval_loader;
   // ---- Model and its training ----
+  // run.seed's stream: the initialisation, then every Dropout mask (the model holds it by
+  // reference, so it is declared before the model and outlives it).
+  Generator generator{0};
   std::shared_ptr<nn::Module> model;
   std::vector<Tensor> parameters;
   int64_t num_parameters = 0;
