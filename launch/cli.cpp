@@ -19,13 +19,18 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
           ->take_all()
           ->allow_extra_args(false);
   CLI::Option* print = app.add_flag("--print-config", args.print_config, "Print the resolved configuration and exit");
+  std::string resume;
+  CLI::Option* resume_option =
+      app.add_option("--resume", resume,
+                     "Continue from a checkpoint: auto (the newest under run.output_dir/checkpoints, or a fresh "
+                     "start when there is none) or a checkpoint directory (same as --set run.resume=...)");
   CLI::App* check_app = app.add_subcommand("check-mllog", "Check an MLPerf :::MLLOG file against the benchmark's "
                                                            "rules (exit 0 compliant, 1 not, 2 unreadable)");
   check_app->add_option("file", check.path, "The log to check")->required();
   check_app->add_option("--benchmark", check.benchmark, "Rule set: resnet (4.0.0) or bert (5.0.0)")
       ->required()
       ->check(CLI::IsMember({"resnet", "bert"}));
-  check_app->excludes(config)->excludes(set)->excludes(print);
+  check_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
   try {
     app.parse(argc, argv);
     if (!check_app->parsed() && args.config_path.empty()) throw CLI::RequiredError(config->get_name());
@@ -34,6 +39,7 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
     return code != 0 && check_app->parsed() ? 2 : code;
   }
   if (check_app->parsed()) args.check_mllog = check;
+  if (!resume.empty()) args.overrides.push_back("run.resume=" + resume);
   return args;
 }
 

@@ -17,7 +17,7 @@ struct CheckMllogArgs {
 
 struct CliArgs {
   std::string config_path;
-  std::vector<std::string> overrides;  // "section.key=value"
+  std::vector<std::string> overrides;  // "section.key=value"; --resume X adds run.resume=X last
   bool print_config = false;           // print the resolved config and exit
   std::optional<CheckMllogArgs> check_mllog;  // set: run the check instead of training
 };

@@ -28,6 +28,7 @@ inline constexpr int64_t kMaxThreads = 1024;
 inline constexpr int64_t kMaxBatch = 16'777'216;            // 2^24 samples (global batch)
 inline constexpr int64_t kMaxLoaderThreads = 256;
 inline constexpr int64_t kMaxShards = 65'536;              // distributed.shards
+inline constexpr int64_t kMaxKeptCheckpoints = 1'000'000;   // run.keep_checkpoints
 inline constexpr int64_t kMaxPrefetch = 64;
 inline constexpr int64_t kMaxClasses = 1'000'000;
 inline constexpr int64_t kMaxWidth = 1'048'576;             // one hidden layer's width
@@ -52,6 +53,14 @@ struct RunConfig {
   std::string metrics_file = "metrics.jsonl";  // relative to output_dir
   // The final weights (rank 0), torch's names, safetensors; relative to output_dir; empty: none.
   std::string weights_file = "model.safetensors";
+  // NOTE [ Resuming a run ] (launch/run_checkpoint.h): checkpoints under output_dir/checkpoints
+  // every this many steps and/or epochs (0: off; a stopping signal always writes one), the newest
+  // keep_checkpoints kept; resume: "" (start afresh), "auto" (the newest checkpoint, if any) or a
+  // checkpoint directory.
+  int64_t checkpoint_every = 0;
+  int64_t checkpoint_every_epochs = 0;
+  int64_t keep_checkpoints = 2;
+  std::string resume;
   int64_t max_steps = 0;               // 0 = no limit
   bool eval_every_epoch = true;        // false: evaluate after the last epoch only
   // Evaluate after epoch e when (e + eval_offset) % eval_every == 0, and after the last epoch

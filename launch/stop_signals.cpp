@@ -13,7 +13,7 @@ namespace {
 // Written by the handler, read by the training loop (lock-free, so async-signal-safe).
 std::atomic<int> g_received{0};
 std::atomic<bool> g_installed{false};
-struct sigaction g_previous_term, g_previous_int;
+struct sigaction g_previous_term, g_previous_int, g_previous_usr1;
 
 static_assert(std::atomic<int>::is_always_lock_free);
 
@@ -45,11 +45,13 @@ StopSignals::StopSignals() {
   g_received = 0;
   install(SIGTERM, &g_previous_term);
   install(SIGINT, &g_previous_int);
+  install(SIGUSR1, &g_previous_usr1);
 }
 
 StopSignals::~StopSignals() {
   sigaction(SIGTERM, &g_previous_term, nullptr);
   sigaction(SIGINT, &g_previous_int, nullptr);
+  sigaction(SIGUSR1, &g_previous_usr1, nullptr);
   g_installed = false;
 }
 
@@ -59,6 +61,7 @@ const char* StopSignals::name(int signal) {
   switch (signal) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
     case SIGKILL: return "SIGKILL";
     default: return "a signal";
   }

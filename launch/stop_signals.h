@@ -1,6 +1,8 @@
-// SIGTERM and SIGINT end a run cleanly: the step in progress finishes, the metrics file gets its
-// `end` record naming the signal, and dptrain exits with 128 + the signal number (the status a
-// shell or Slurm reports for a process the signal killed, so scripts see the same thing).
+// SIGTERM, SIGINT and SIGUSR1 (Slurm's `--signal=USR1@<seconds>` warning before a time limit)
+// end a run cleanly: the step in progress finishes, a checkpoint is written (NOTE [ Resuming a
+// run ] in launch/run_checkpoint.h), the metrics file gets its `end` record naming the signal,
+// and dptrain exits with 128 + the signal number (143, 130, 138: the status a shell or Slurm
+// reports for a process the signal killed, so a job script can test it and requeue).
 //
 // NOTE [ Stopping on a signal ]
 // The handler only records the signal; the training loop polls it once per step. A second
@@ -24,16 +26,16 @@ namespace dp {
 
 class StopSignals {
  public:
-  // Installs the handlers for SIGTERM and SIGINT.
+  // Installs the handlers for SIGTERM, SIGINT and SIGUSR1.
   StopSignals();
   // Restores the handlers that were there before.
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
-  // The first signal received (SIGTERM or SIGINT), or 0.
+  // The first signal received (SIGTERM, SIGINT or SIGUSR1), or 0.
   int received() const;
-  // "SIGTERM" / "SIGINT" / "signal N".
+  // "SIGTERM" / "SIGINT" / "SIGUSR1" / ...
   static const char* name(int signal);
 };
 

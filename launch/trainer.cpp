@@ -18,6 +18,7 @@
 #include "launch/datasets.h"
 #include "launch/metrics_log.h"
 #include "launch/mllog.h"
+#include "launch/run_checkpoint.h"
 #include "launch/step_profiler.h"
 #include "launch/training_run.h"
 #include "launch/stop_signals.h"
@@ -109,7 +110,8 @@ class StopVote {
     if (!group_ || group_->size() == 1) return signals_->received();
     if (const int agreed = read()) return agreed;
     const int mine = signals_->received();
-    ballot_ = from_vector<double>({mine == SIGTERM ? 1.0 : 0.0, mine == SIGINT ? 1.0 : 0.0}, {2}, cpu_);
+    ballot_ = from_vector<double>({mine == SIGTERM ? 1.0 : 0.0, mine == SIGINT ? 1.0 : 0.0, mine == SIGUSR1 ? 1.0 : 0.0},
+                                  {3}, cpu_);
     pending_ = group_->all_reduce(ballot_, CollectiveReduce::Sum);
     return 0;
   }
@@ -122,7 +124,7 @@ class StopVote {
     pending_->wait();
     pending_.reset();
     const std::vector<double> votes = ballot_.to_vector<double>();
-    return votes[0] > 0 ? SIGTERM : votes[1] > 0 ? SIGINT : 0;
+    return votes[0] > 0 ? SIGTERM : votes[1] > 0 ? SIGINT : votes[2] > 0 ? SIGUSR1 : 0;
   }
 
   const StopSignals* signals_;
@@ -440,6 +442,54 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
   }
 }
 
+// NOTE [ Resuming a run ] (launch/run_checkpoint.h): rank 0 writes, the others go on (their
+// next collective waits for it). One checkpoint per step at most.
+class Checkpointer {
+ public:
+  Checkpointer(const Config& config, TrainingRun& run, Console& console)
+      : config_(config), run_(run), console_(console), dir_(checkpoints_dir(config)) {}
+
+  // A fresh run (not resuming) moves an earlier run's checkpoints aside, so that its own never
+  // collide with them and nothing earlier is lost.
+  void keep_earlier_checkpoints() {
+    if (run_.rank != 0 || list_checkpoints(dir_).empty()) return;
+    for (int k = 1; k < 10000; ++k) {
+      const std::string aside = dir_ + ".earlier." + std::to_string(k);
+      if (std::filesystem::exists(aside)) continue;
+      std::filesystem::rename(dir_, aside);
+      console_.line("an earlier run's checkpoints " + dir_ + " are kept as " + aside + " (--resume auto continues "
+                    "from them instead)");
+      return;
+    }
+    throw Error("cannot keep the earlier checkpoints " + dir_ + ": 9999 kept copies exist already");
+  }
+  void resumed_at(int64_t step) { last_step_ = step; }
+  // Writes one at `at` unless this step has one; returns its directory (rank 0) or "".
+  std::string save(const CheckpointPosition& at) {
+    if (at.step == last_step_) return "";
+    last_step_ = at.step;
+    if (run_.rank != 0) return "";
+    const auto start = std::chrono::steady_clock::now();
+    const std::string path = save_checkpoint(dir_, capture_checkpoint(run_, config_, at));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    uint64_t bytes = 0;
+    for (const auto& f : std::filesystem::directory_iterator(path)) bytes += f.file_size();
+    prune_checkpoints(dir_, config_.run.keep_checkpoints);
+    char line[600];
+    std::snprintf(line, sizeof line, "checkpoint %s (step %lld, %.1f MB, written in %.2f s)", path.c_str(),
+                  static_cast<long long>(at.step), static_cast<double>(bytes) / 1e6, seconds);
+    console_.line(line);
+    return path;
+  }
+
+ private:
+  const Config& config_;
+  TrainingRun& run_;
+  Console& console_;
+  std::string dir_;
+  int64_t last_step_ = -1;
+};
+
 TrainReport run_training(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
                          const RunWorld& world, const StopSignals* stop_signals, MllogRun& mllog, int64_t& step) {
   const int world_size = world.group ? world.group->size() : 1;
@@ -460,6 +510,28 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   TrainingRun& run = *built;
   announce(config, run, console, metrics);
   const int64_t steps_per_epoch = run.plan.steps_per_epoch;
+  // NOTE [ Resuming a run ]: where this run starts.
+  Checkpointer checkpointer(config, run, console);
+  CheckpointPosition start;
+  const std::string resume_from = checkpoint_to_resume(config);
+  if (!resume_from.empty()) {
+    start = restore_checkpoint(run, config, load_checkpoint(resume_from, run.cpu), "run.resume: '" + resume_from + "'");
+    checkpointer.resumed_at(start.step);
+    console.line("resumed from " + resume_from + " after step " + std::to_string(start.step) + " (epoch " +
+                 std::to_string(start.epoch + 1) + ", step " + std::to_string(start.step_in_epoch) + " of " +
+                 std::to_string(steps_per_epoch) + ")");
+  } else {
+    if (config.run.resume == "auto")
+      console.line("run.resume auto: no checkpoint under " + checkpoints_dir(config) + "; starting afresh");
+    checkpointer.keep_earlier_checkpoints();
+  }
+  // Every rank must start at the same step (a checkpoint directory every rank can read).
+  if (run.group && run.world_size > 1) {
+    const double total = sum_over_ranks(run.group, {static_cast<double>(start.step)}, run.cpu)[0];
+    DP_CHECK(total == static_cast<double>(start.step) * run.world_size, "run.resume: the ranks found different ",
+             "checkpoints (rank ", run.rank, " resumes after step ", start.step, "); put run.output_dir on a file ",
+             "system every rank reads");
+  }
 
   // On a terminal the progress line is redrawn often; in a log, every log_every steps.
   const int64_t report_every =
@@ -467,8 +539,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   TrainReport report;
   StepProfiler profiler(&run.device.backend());  // NOTE [ Step timing on a GPU ]
   CommTally comm;
-  step = 0;
-  bool stop = false;
+  step = start.step;
+  bool stop = config.run.max_steps > 0 && step >= config.run.max_steps;
   int stop_signal = 0;  // NOTE [ Stopping on a signal ]
   StopVote stop_vote(stop_signals, run.group, run.cpu);
   LossWatch loss_watch(run.device);  // NOTE [ Divergence checks ]
@@ -488,15 +560,16 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     mllog.log.end(mllog::kInitStop);
     mllog.log.start(mllog::kRunStart);  // the clock starts; no data has been read yet
   }
-  for (int64_t epoch = 1; epoch <= config.run.epochs && !stop; ++epoch) {
+  for (int64_t epoch = start.epoch + 1; epoch <= config.run.epochs && !stop; ++epoch) {
     mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
-    run.train_loader->begin_epoch(epoch - 1);
+    const int64_t first_step = epoch == start.epoch + 1 ? start.step_in_epoch : 0;  // resumed mid-epoch
+    run.train_loader->begin_epoch(epoch - 1, first_step);
     profiler.reset();
     const Clock::time_point epoch_start = Clock::now();
     ProgressWindow window;
     window.reset(run.device);
     Tensor epoch_loss = zeros({}, kFloat64, run.device);  // summed on the device: no per-step sync
-    int64_t epoch_samples = 0, step_in_epoch = 0;
+    int64_t epoch_samples = 0, step_in_epoch = first_step;
     while (true) {
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = run.train_loader->next();
@@ -523,13 +596,17 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       if (report_now)
         report_progress(config, run, console, metrics, profiler, window, comm, epoch, step, step_in_epoch, stop,
                         skipped_at_last_report);
+      if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0)
+        checkpointer.save({step, epoch - 1, step_in_epoch});
       if ((stop_signal = stop_vote.after_step())) break;
       if (stop) break;
     }
     if (stop_signal) {
+      // Preemption: the step boundary every rank agreed on is saved, then the run ends.
+      checkpointer.save({step, epoch - 1, step_in_epoch});
       console.line(std::string("stopped by ") + StopSignals::name(stop_signal) + " after step " + std::to_string(step) +
                    " (epoch " + std::to_string(epoch) + ", step " + std::to_string(step_in_epoch) + " of " +
-                   std::to_string(steps_per_epoch) + "); no evaluation");
+                   std::to_string(steps_per_epoch) + "); no evaluation; continue with --resume auto");
       break;
     }
 
@@ -539,7 +616,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     e.train_seconds = seconds_since(epoch_start);
     // Mean over ranks of each rank's mean loss; samples counted over all ranks.
     const std::vector<double> totals = sum_over_ranks(
-        run.group, {epoch_loss.item<double>() / static_cast<double>(std::max<int64_t>(step_in_epoch, 1)),
+        run.group, {epoch_loss.item<double>() / static_cast<double>(std::max<int64_t>(step_in_epoch - first_step, 1)),
                     static_cast<double>(epoch_samples)},
         run.cpu);
     e.train_loss = totals[0] / world_size;
@@ -565,6 +642,9 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     }
     report.epochs.push_back(e);
     report_epoch(config, run, console, metrics, profiler, e, report.reached_target);
+    if (config.run.checkpoint_every_epochs > 0 && epoch % config.run.checkpoint_every_epochs == 0 &&
+        epoch < config.run.epochs && !stop)
+      checkpointer.save({step, epoch, 0});
   }
   if (!stop_signal) stop_vote.finish();  // the vote cast after the last step
   report.steps = step;

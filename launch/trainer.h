@@ -38,7 +38,7 @@ struct TrainReport {
   int64_t steps = 0;
   int64_t skipped_steps = 0;  // optimiser steps skipped for a gradient overflow
   bool reached_target = false;  // an evaluation reached run.target_accuracy (the run then stopped)
-  int stop_signal = 0;  // the signal that stopped the run early (SIGTERM, SIGINT), or 0
+  int stop_signal = 0;  // the signal that stopped the run early (SIGTERM, SIGINT, SIGUSR1), or 0
   double peak_rss_mib = 0;
   CommReport comm;  // zeros when not distributed
   // FNV-1a over every parameter's and buffer's name and bytes at the end: equal digests, equal

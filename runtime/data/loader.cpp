@@ -173,9 +173,11 @@ int64_t DataLoader::num_batches() const {
   return epoch_ >= 0 ? state_->plan.num_batches() : batches_->num_batches(0);
 }
 
-void DataLoader::begin_epoch(int64_t epoch) {
+void DataLoader::begin_epoch(int64_t epoch, int64_t first_batch) {
   LoaderState& st = *state_;
   EpochPlan plan = batches_->plan(epoch);
+  DP_CHECK(first_batch >= 0 && first_batch <= plan.num_batches(), "DataLoader: epoch ", epoch, " has ",
+           plan.num_batches(), " batches; cannot start at batch ", first_batch);
   for (int64_t b = 0; b < plan.num_batches(); ++b) {
     DP_CHECK(static_cast<int64_t>(plan.batch(b).size()) <= st.capacity, "DataLoader: batch ", b, " of epoch ", epoch,
              " has ", plan.batch(b).size(), " samples but the batch sampler's max_batch_size is ", st.capacity);
@@ -186,7 +188,7 @@ void DataLoader::begin_epoch(int64_t epoch) {
     st.slot_filled.wait(lock, [&] { return st.fills_in_flight == 0; });
     st.plan = std::move(plan);
     st.epoch = epoch;
-    st.next_to_fill = st.next_to_hand = 0;
+    st.next_to_fill = st.next_to_hand = first_batch;
     st.failure = nullptr;
     for (Slot& slot : st.slots) {
       if (slot.state != SlotState::Lent) slot.state = SlotState::Free;  // a lent one frees on release

@@ -75,8 +75,9 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   // Plans `epoch` (see NOTE [ Deterministic epochs ]) and starts filling its first batches;
-  // discards whatever remained of the previous epoch.
-  void begin_epoch(int64_t epoch);
+  // discards whatever remained of the previous epoch. A resumed run starts at `first_batch`
+  // (0..num_batches): the batches before it are neither read nor handed out.
+  void begin_epoch(int64_t epoch, int64_t first_batch = 0);
   // The epoch's next batch in order, or nullopt once all were handed out.
   std::optional<LoadedBatch> next();
 

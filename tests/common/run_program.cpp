@@ -22,6 +22,19 @@ ProgramResult run_program(const std::string& command) {
   return r;
 }
 
+ProgramResult signalled_run(const std::string& launch, const std::filesystem::path& metrics, const std::string& signal,
+                            const std::string& targets) {
+  const std::string script = launch + " & p=$!; i=0; while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" +
+                             metrics.string() + "'; do sleep 0.05; i=$((i+1)); done; kill -" + signal + " " +
+                             targets + "; wait $p";
+  std::string quoted;
+  for (char ch : script) {
+    if (ch == '"' || ch == '$' || ch == '\\' || ch == '`') quoted += '\\';
+    quoted += ch;
+  }
+  return run_program("sh -c \"" + quoted + "\"");
+}
+
 std::string dptrain_binary() { return std::string(DPTRAIN_BINARY_DIR) + "/launch/dptrain"; }
 
 std::string model_digest(const std::string& output) {

@@ -14,6 +14,12 @@ struct ProgramResult {
 // Runs `command` with /bin/sh, stderr merged into stdout.
 ProgramResult run_program(const std::string& command);
 
+// Starts `launch` in the background, waits (up to a minute) for a step record in `metrics`,
+// sends `signal` ("TERM", "INT", ...) to `targets` (the launched process: "$p"), and returns
+// what the launch exited with.
+ProgramResult signalled_run(const std::string& launch, const std::filesystem::path& metrics, const std::string& signal,
+                            const std::string& targets = "$p");
+
 // The dptrain binary of this build tree.
 std::string dptrain_binary();
 

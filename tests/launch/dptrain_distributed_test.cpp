@@ -306,6 +306,38 @@ TEST_F(Distributed, FixedShardsThatCannotWorkAreRefused) {
   expect_error_on_every_rank(sync, "distributed.sync_batchnorm normalises over the global batch");
 }
 
+// NOTE [ Resuming a run ] under mpirun: 2 ranks checkpoint after 6 steps and resume to 12 with the
+// uninterrupted model's digest; one process may not continue a 2-rank checkpoint (each rank's
+// batch would change) unless the run has fixed shards, and then it ends where the 2 ranks end.
+TEST_F(Distributed, TwoRanksResumeBitForBitAndFixedShardsResumeOnOneProcess) {
+  const std::string plain = config("c.yaml");
+  auto run = [&](const std::string& launcher, const std::string& args) {
+    const ProgramResult r = run_program(launcher + dptrain_binary() + " --config " + plain +
+                                        " --set run.deterministic=true" + args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r;
+  };
+  const std::string two = kMpirun + " -np 2 ";
+  const std::string whole = model_digest(run(two, " --set run.output_dir=" + (dir_ / "whole").string()).output);
+  run(two, " --set run.max_steps=6 --set run.checkpoint_every=6");
+  const ProgramResult resumed = run(two, " --resume auto");
+  EXPECT_THAT(resumed.output, HasSubstr("after step 6"));
+  EXPECT_EQ(model_digest(resumed.output), whole);
+  const ProgramResult one = run_program(dptrain_binary() + " --config " + plain +
+                                        " --set run.deterministic=true --resume auto");
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_THAT(one.output, HasSubstr("written by 2 ranks, resumed on 1"));
+
+  // distributed.shards: 2 — written by 2 ranks, finished by one process.
+  const std::string sharded = " --set distributed.shards=2 --set run.output_dir=" + (dir_ / "sharded").string();
+  const std::string whole_sharded =
+      model_digest(run(two, " --set distributed.shards=2 --set run.output_dir=" + (dir_ / "whole2").string()).output);
+  run(two, sharded + " --set run.max_steps=6 --set run.checkpoint_every=6");
+  const ProgramResult finished = run("", sharded + " --resume auto");
+  EXPECT_THAT(finished.output, HasSubstr("after step 6"));
+  EXPECT_EQ(model_digest(finished.output), whole_sharded);
+}
+
 // A node that answers: idle, or busy with another test's job (ctest -j runs the srun tests side by side).
 bool slurm_cluster_reachable() {
   if (!std::getenv("SLURM_CONF")) return false;

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 using dp::testing::dptrain_binary;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
+using dp::testing::signalled_run;
 using ::testing::HasSubstr;
 
 std::string last_line(const std::string& text) {
@@ -261,23 +262,6 @@ TEST_F(Robustness, ASymlinkedMetricsFileIsMovedAsidNotItsTarget) {
 }
 
 // ---- Class 7: a signal ends the run cleanly ----
-// Starts dptrain in the background, waits for its first step record, sends `signal`, and returns
-// what dptrain exited with.
-ProgramResult signalled_run(const std::string& launch, const fs::path& metrics, const std::string& signal,
-                            const std::string& targets = "$p") {
-  const std::string script = launch + " & p=$!; i=0; while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" +
-                             metrics.string() + "'; do sleep 0.05; i=$((i+1)); done; kill -" + signal + " " +
-                             targets + "; wait $p";
-  return run_program("sh -c \"" + [&] {
-    std::string quoted;
-    for (char ch : script) {
-      if (ch == '"' || ch == '$' || ch == '\\' || ch == '`') quoted += '\\';
-      quoted += ch;
-    }
-    return quoted;
-  }() + "\"");
-}
-
 TEST_F(Robustness, SigtermFinishesTheStepWritesTheEndRecordAndExits143) {
   // A long run (50 epochs of 7500 steps; the signal comes after the first) reporting every step.
   const std::string cfg = config("data: {batch_size: 8}\n", "long.yaml");

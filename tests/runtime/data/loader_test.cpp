@@ -236,6 +236,25 @@ TEST_P(LoaderTest, BeginEpochMidEpochRestarts) {
   EXPECT_EQ((*batch)[kLabels].to_vector<int64_t>(), std::vector<int64_t>(plan.batch(0).begin(), plan.batch(0).end()));
 }
 
+// A resumed run starts its epoch at a batch: the same batches from there on, none before.
+TEST_P(LoaderTest, BeginEpochAtABatchHandsOutTheRestInOrder) {
+  const ImageClassificationDataset data = numbered_dataset(100);
+  DataLoader loader(data, shuffled_batches(100, 10), cpu, options());
+  const EpochPlan plan = loader.batch_sampler().plan(3);
+  loader.begin_epoch(3, 7);
+  for (int64_t b = 7; b < 10; ++b) {
+    auto batch = loader.next();
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_EQ(batch->index(), b);
+    EXPECT_EQ((*batch)[kLabels].to_vector<int64_t>(), std::vector<int64_t>(plan.batch(b).begin(), plan.batch(b).end()));
+  }
+  EXPECT_FALSE(loader.next().has_value());
+  loader.begin_epoch(3, 10);  // at the end: nothing left (the epoch's evaluation is what remains)
+  EXPECT_FALSE(loader.next().has_value());
+  EXPECT_THROW(loader.begin_epoch(3, 11), Error);
+  EXPECT_THROW(loader.begin_epoch(3, -1), Error);
+}
+
 TEST_P(LoaderTest, FillsWithoutRecordingAutograd) {
   const ImageClassificationDataset data = numbered_dataset(40);
   InstrumentedDataset probe(data);

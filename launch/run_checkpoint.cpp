@@ -1,0 +1,166 @@
+#include "launch/run_checkpoint.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "runtime/core/error.h"
+#include "runtime/ops/creation.h"
+
+namespace dp {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kConfigFact = "config";
+
+// The entries of `state` under `prefix`, without it.
+NamedTensorList under(const NamedTensorList& state, const std::string& prefix) {
+  NamedTensorList out;
+  for (const auto& [name, t] : state)
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
+  return out;
+}
+
+const Tensor& entry(const NamedTensorList& state, const std::string& name, const std::string& where) {
+  for (const auto& [n, t] : state)
+    if (n == name) return t;
+  throw Error(detail::concat(where, ": the state has no '", name, "'"));
+}
+
+// "section.key: value" for every line of to_yaml's output (one key a line, flow-style lists).
+std::map<std::string, std::string> config_lines(const std::string& yaml) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(yaml);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    if (line[0] != ' ') {
+      section = line.substr(0, colon);
+      continue;
+    }
+    const size_t begin = line.find_first_not_of(' ');
+    const std::string value = colon + 1 < line.size() ? line.substr(colon + 2) : "";
+    out[section + "." + line.substr(begin, colon - begin)] = value;
+  }
+  return out;
+}
+
+uint64_t as_u64(const Tensor& t) { return static_cast<uint64_t>(t.item<int64_t>()); }
+
+}  // namespace
+
+std::string checkpoints_dir(const Config& config) {
+  return (fs::path(config.run.output_dir) / "checkpoints").string();
+}
+
+std::string resume_relevant_config(const Config& config) {
+  // kResumeFreeKeys: what may differ between a run and the run resuming it.
+  Config c = config;
+  const Config defaults;
+  c.run.name = defaults.run.name;
+  c.run.threads = defaults.run.threads;
+  c.run.device = defaults.run.device;
+  c.run.output_dir = defaults.run.output_dir;
+  c.run.log_every = defaults.run.log_every;
+  c.run.metrics_file = defaults.run.metrics_file;
+  c.run.weights_file = defaults.run.weights_file;
+  c.run.max_steps = defaults.run.max_steps;
+  c.run.checkpoint_every = defaults.run.checkpoint_every;
+  c.run.checkpoint_every_epochs = defaults.run.checkpoint_every_epochs;
+  c.run.keep_checkpoints = defaults.run.keep_checkpoints;
+  c.run.resume = defaults.run.resume;
+  c.run.max_skipped_steps = defaults.run.max_skipped_steps;
+  c.data.root = defaults.data.root;
+  c.data.loader_threads = defaults.data.loader_threads;
+  c.data.prefetch = defaults.data.prefetch;
+  c.data.skip_bad_files = defaults.data.skip_bad_files;
+  c.distributed.backend = defaults.distributed.backend;
+  c.distributed.first_bucket_mb = defaults.distributed.first_bucket_mb;
+  c.distributed.bucket_mb = defaults.distributed.bucket_mb;
+  c.distributed.timeout_s = defaults.distributed.timeout_s;
+  c.distributed.check_agreement = defaults.distributed.check_agreement;
+  c.model.init_from = defaults.model.init_from;  // the checkpoint's weights replace it
+  c.logging = defaults.logging;
+  return to_yaml(c);
+}
+
+Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position) {
+  Checkpoint c;
+  c.position = position;
+  c.world_size = run.world_size;
+  c.facts = {{"model", config.model.name},
+             {"num_classes", std::to_string(config.model.num_classes)},
+             {"optimizer", config.optimizer.name},
+             {kConfigFact, resume_relevant_config(config)}};
+  c.model = run.model->state_dict();
+  for (const auto& [name, t] : run.optimizer->state_dict()) c.state.emplace_back("optimizer." + name, t);
+  for (const auto& [name, t] : run.scaler->state_dict()) c.state.emplace_back("scaler." + name, t);
+  c.state.emplace_back("clock.steps", scalar_tensor(static_cast<double>(run.clock->steps()), kInt64, run.cpu));
+  // Philox state: two 64-bit words, stored as int64 bit patterns (from_vector keeps all 64 bits).
+  c.state.emplace_back("generator.seed",
+                       from_vector<int64_t>({static_cast<int64_t>(run.generator.seed())}, {}, run.cpu));
+  c.state.emplace_back("generator.offset",
+                       from_vector<int64_t>({static_cast<int64_t>(run.generator.offset())}, {}, run.cpu));
+  return c;
+}
+
+CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, const Checkpoint& checkpoint,
+                                      const std::string& where) {
+  // The configuration: every key that changes what is computed must agree.
+  const auto saved_config = checkpoint.facts.find(kConfigFact);
+  DP_CHECK(saved_config != checkpoint.facts.end(), where, ": the checkpoint records no configuration");
+  const std::map<std::string, std::string> then = config_lines(saved_config->second),
+                                           now = config_lines(resume_relevant_config(config));
+  std::string differences;
+  int count = 0;
+  for (const auto& [key, value] : now) {
+    const auto it = then.find(key);
+    const std::string old_value = it == then.end() ? "(absent)" : it->second;
+    if (old_value != value && ++count <= 12)
+      differences += "\n  " + key + ": " + old_value + " in the checkpoint, " + value + " now";
+  }
+  for (const auto& [key, value] : then)
+    if (!now.count(key) && ++count <= 12) differences += "\n  " + key + ": " + value + " in the checkpoint, absent now";
+  DP_CHECK(count == 0, where, ": this run's configuration differs from the checkpoint's in ", count, " key",
+           count == 1 ? "" : "s", " (a resumed run must compute what the interrupted one would have):", differences,
+           count > 12 ? "\n  ..." : "");
+  // The world: the same size, or any size the fixed shards allow.
+  if (checkpoint.world_size != run.world_size) {
+    DP_CHECK(config.distributed.shards > 0, where, ": written by ", checkpoint.world_size, " rank",
+             checkpoint.world_size == 1 ? "" : "s", ", resumed on ", run.world_size,
+             ": each rank's batch and BatchNorm statistics would change. Resume on ", checkpoint.world_size,
+             " ranks, or train with distributed.shards (NOTE [ Fixed shards ]), which lets any world size that ",
+             "divides it continue");
+  }
+  try {
+    run.model->load_state_dict(checkpoint.model);
+    run.optimizer->load_state_dict(under(checkpoint.state, "optimizer."));
+    run.scaler->load_state_dict(under(checkpoint.state, "scaler."));
+    run.clock->set_steps(entry(checkpoint.state, "clock.steps", where).item<int64_t>());
+    run.generator.set_state(as_u64(entry(checkpoint.state, "generator.seed", where)),
+                            as_u64(entry(checkpoint.state, "generator.offset", where)));
+  } catch (const Error& e) {
+    throw Error(detail::concat(where, ": ", e.what()));
+  }
+  const CheckpointPosition& at = checkpoint.position;
+  DP_CHECK(at.step_in_epoch <= run.plan.steps_per_epoch, where, ": position ", at.step_in_epoch,
+           " steps into epoch ", at.epoch + 1, ", which has ", run.plan.steps_per_epoch);
+  return at;
+}
+
+std::string checkpoint_to_resume(const Config& config) {
+  const std::string& resume = config.run.resume;
+  if (resume.empty()) return "";
+  if (resume == "auto") {
+    const std::vector<std::string> all = list_checkpoints(checkpoints_dir(config));
+    return all.empty() ? "" : all.back();
+  }
+  DP_CHECK(fs::is_directory(resume), "run.resume: '", resume, "' is not a checkpoint directory (give one under ",
+           checkpoints_dir(config), ", or auto)");
+  return resume;
+}
+
+}  // namespace dp

@@ -1,0 +1,49 @@
+// A training run to and from a checkpoint (launch/checkpoint.h holds the files).
+//
+// NOTE [ Resuming a run ]
+// A checkpoint holds what the rest of the run depends on: the model's parameters and buffers
+// (rank 0's: BatchNorm statistics are made equal from rank 0 before every evaluation anyway),
+// the optimiser's state_dict() (Shampoo's factors, roots and grafting state included; Shampoo
+// gathers every root on every rank, so rank 0 holds all of it), the loss scaler, the schedule
+// clock, run.seed's generator (Dropout), and the position: steps done, the epoch and how many of
+// its steps. The epoch's sample order is a pure function of (seed, epoch) (NOTE [ Deterministic
+// epochs ]), so the loader resumes by starting that epoch at the next batch; augmentation
+// depends on (seed, epoch, sample) alone. A resumed deterministic run therefore ends with the
+// model an uninterrupted run ends with, bit for bit.
+//
+// Resuming checks the run against the checkpoint first: the resolved configuration must be the
+// same but for the keys that do not change what is computed (kResumeFreeKeys: paths, logging,
+// loader threads, max_steps, checkpoint cadence, ...); every other difference is listed. The
+// world size must be the same, unless distributed.shards is set: the shards then fix the
+// computation whatever the world size (NOTE [ Fixed shards ]), and any world size dividing it
+// may continue. What is not saved: the partial sums of the interrupted epoch's reported train
+// loss (the resumed epoch reports the mean over the steps it ran) and the loss-scale skip counts.
+#pragma once
+
+#include <string>
+
+#include "launch/checkpoint.h"
+#include "launch/config.h"
+#include "launch/training_run.h"
+
+namespace dp {
+
+// <run.output_dir>/checkpoints.
+std::string checkpoints_dir(const Config& config);
+
+// The resolved configuration as a checkpoint records it: the keys a resumed run may change
+// reset to their defaults (so they never count as a difference).
+std::string resume_relevant_config(const Config& config);
+
+// Everything NOTE [ Resuming a run ] lists, at `position`.
+Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position);
+
+// Checks `checkpoint` against this run (configuration, world size, model) and loads it into
+// `run`; returns the position to continue from. A dp::Error naming every difference otherwise.
+CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, const Checkpoint& checkpoint,
+                                      const std::string& where);
+
+// run.resume resolved: "" → none; "auto" → the newest complete checkpoint, or none; a path → it.
+std::string checkpoint_to_resume(const Config& config);
+
+}  // namespace dp

@@ -1,0 +1,173 @@
+// End-to-end, NOTE [ Resuming a run ] (launch/run_checkpoint.h): a run checkpointed, stopped and
+// resumed ends with the model an uninterrupted run ends with, bit for bit, for every optimiser
+// and with the loss scaler; SIGTERM saves at the step boundary; a checkpoint that does not fit
+// the run is refused naming what differs; a full disk keeps the earlier checkpoint.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/mount.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/run_program.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using dp::testing::dptrain_binary;
+using dp::testing::model_digest;
+using dp::testing::ProgramResult;
+using dp::testing::run_program;
+using ::testing::HasSubstr;
+
+class Resume : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = dp::testing::make_test_dir("dptrain_resume"); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path out() const { return dir_ / "out"; }
+  // A deterministic MLP with dropout on Fashion-MNIST (30 steps an epoch at batch 2000, 2 epochs),
+  // writing into out(); `extra` is more YAML (sections other than run and data).
+  std::string config(const std::string& extra, int batch = 2000) {
+    const fs::path p = dir_ / "c.yaml";
+    std::ofstream(p) << "run: {output_dir: " << out().string()
+                     << ", threads: 1, epochs: 2, deterministic: true, log_every: 1}\n"
+                     << "data: {batch_size: " << batch << ", eval_batch_size: 5000}\n"
+                     << "model: {name: mlp, mlp_hidden: [24], dropout: 0.1}\n"
+                     << extra;
+    return p.string();
+  }
+  ProgramResult dptrain(const std::string& args) { return run_program(dptrain_binary() + " " + args); }
+  // The uninterrupted run's digest after `steps` (in a folder of its own).
+  std::string uninterrupted(const std::string& cfg, int steps) {
+    const ProgramResult r = dptrain("--config " + cfg + " --set run.max_steps=" + std::to_string(steps) +
+                                    " --set run.output_dir=" + (dir_ / "whole").string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return model_digest(r.output);
+  }
+
+  fs::path dir_;
+};
+
+// N steps with a checkpoint at N, then --resume auto up to N + M (across the epoch boundary):
+// the digest of the uninterrupted N + M steps.
+class ResumeEachOptimiser : public Resume, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ResumeEachOptimiser, EndsWithTheUninterruptedModel) {
+  const std::string name = GetParam();
+  std::string optimizer = "optimizer: {name: " + name + ", lr: 0.01}\n";
+  if (name == "shampoo")
+    optimizer = "optimizer: {name: shampoo, lr: 0.01, precondition_frequency: 4, max_preconditioner_dim: 16}\n";
+  if (name == "sgd+scaler")  // the loss scaler's state too (scale, growth tracker)
+    optimizer = "optimizer: {name: sgd, lr: 0.05}\nloss_scale: {enabled: true, init_scale: 1024, growth_interval: 3}\n";
+  const std::string cfg = config(optimizer);
+  const std::string whole = uninterrupted(cfg, 40);
+  ASSERT_EQ(whole.size(), 16u);
+  const ProgramResult first = dptrain("--config " + cfg + " --set run.max_steps=25 --set run.checkpoint_every=25");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_THAT(first.output, HasSubstr("checkpoint " + (out() / "checkpoints" / "step_000000025").string()));
+  EXPECT_NE(model_digest(first.output), whole);
+  const ProgramResult resumed = dptrain("--config " + cfg + " --set run.max_steps=40 --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("after step 25 (epoch 1, step 25 of 30)"));
+  EXPECT_EQ(model_digest(resumed.output), whole) << resumed.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimisers, ResumeEachOptimiser,
+                         ::testing::Values("sgd", "adamw", "lars", "lamb", "shampoo", "sgd+scaler"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '+') c = '_';
+                           return n;
+                         });
+
+// Preemption: SIGTERM mid-epoch saves at the step boundary, exits 143, and --resume auto
+// finishes the run as if nothing had happened. Checkpoints every epoch are written too, and the
+// newest keep_checkpoints kept.
+TEST_F(Resume, SigtermSavesAndTheResumedRunEndsWhereTheWholeRunEnds) {
+  const std::string cfg = config("", /*batch=*/200);  // 300 steps an epoch, 600 in all
+  const std::string whole = uninterrupted(cfg, 0);
+  const ProgramResult stopped = dp::testing::signalled_run(
+      dptrain_binary() + " --config " + cfg + " --set run.checkpoint_every_epochs=1", out() / "metrics.jsonl", "TERM");
+  ASSERT_EQ(stopped.exit_code, 143) << stopped.output;
+  EXPECT_THAT(stopped.output, HasSubstr("continue with --resume auto"));
+  EXPECT_THAT(stopped.output, HasSubstr("checkpoint " + (out() / "checkpoints").string()));
+  const ProgramResult resumed = dptrain("--config " + cfg + " --set run.checkpoint_every_epochs=1 --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed from "));
+  EXPECT_EQ(model_digest(resumed.output), whole) << resumed.output;
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(out() / "checkpoints")) kept += e.path().filename().string().starts_with("step_");
+  EXPECT_EQ(kept, 2) << "run.keep_checkpoints: 2";
+}
+
+// Slurm's warning before a time limit (`--signal=USR1@T`) ends the run the same way, exit 138.
+TEST_F(Resume, SigusrOneSavesAndExits138) {
+  const std::string cfg = config("", /*batch=*/200);
+  const ProgramResult stopped =
+      dp::testing::signalled_run(dptrain_binary() + " --config " + cfg, out() / "metrics.jsonl", "USR1");
+  ASSERT_EQ(stopped.exit_code, 128 + 10) << stopped.output;
+  EXPECT_THAT(stopped.output, HasSubstr("stopped by SIGUSR1 after step"));
+  EXPECT_THAT(dp::testing::read_text_file(out() / "metrics.jsonl"), HasSubstr("\"reason\":\"SIGUSR1\""));
+  int saved = 0;
+  for (const auto& e : fs::directory_iterator(out() / "checkpoints")) saved += e.path().filename().string().starts_with("step_");
+  EXPECT_EQ(saved, 1);
+}
+
+// A checkpoint resumes only the run it belongs to: every key that changes what is computed is
+// named; a missing directory is named; a fresh run moves an earlier run's checkpoints aside.
+TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
+  const std::string cfg = config("optimizer: {name: sgd, lr: 0.05}\n");
+  ASSERT_EQ(dptrain("--config " + cfg + " --set run.max_steps=3 --set run.checkpoint_every=3").exit_code, 0);
+  const ProgramResult other = dptrain("--config " + cfg + " --set optimizer.lr=0.1 --set model.dropout=0.2 --resume auto");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.output, HasSubstr("differs from the checkpoint's in 2 keys"));
+  EXPECT_THAT(other.output, HasSubstr("optimizer.lr: 0.05 in the checkpoint, 0.1 now"));
+  EXPECT_THAT(other.output, HasSubstr("model.dropout: 0.1 in the checkpoint, 0.2 now"));
+  // What does not change the computation may differ.
+  const ProgramResult free = dptrain("--config " + cfg + " --set run.max_steps=4 --set data.loader_threads=2 "
+                                     "--set run.log_every=7 --resume auto");
+  EXPECT_EQ(free.exit_code, 0) << free.output;
+  const ProgramResult missing = dptrain("--config " + cfg + " --resume " + (dir_ / "nowhere").string());
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.output, HasSubstr("run.resume: '" + (dir_ / "nowhere").string() + "' is not a checkpoint"));
+  // A fresh run in the same folder keeps the earlier checkpoints under another name.
+  const ProgramResult fresh = dptrain("--config " + cfg + " --set run.max_steps=2");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_THAT(fresh.output, HasSubstr("are kept as " + (out() / "checkpoints.earlier.1").string()));
+  EXPECT_TRUE(fs::exists(out() / "checkpoints.earlier.1" / "step_000000003" / "checkpoint.json"));
+}
+
+// A full disk during a save: a clear error naming the file, the earlier checkpoint intact and
+// loadable, the metrics file ending with the error. Needs a small tmpfs (root may mount one).
+TEST_F(Resume, AFullDiskKeepsTheEarlierCheckpoint) {
+  const fs::path small = dir_ / "small";
+  fs::create_directories(small);
+  // Model + AdamW state of an MLP with 24 hidden units: ~0.23 MB a checkpoint; room for one.
+  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=400k") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): the full-disk case is not run";
+  const std::string cfg = config("optimizer: {name: adamw, lr: 0.001}\n");
+  const ProgramResult r = dptrain("--config " + cfg + " --set run.output_dir=" + small.string() +
+                                  " --set run.max_steps=4 --set run.checkpoint_every=2 --set run.keep_checkpoints=1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("step_000000004.tmp.")) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("No space left on device|failed")) << r.output;
+  EXPECT_TRUE(fs::exists(small / "checkpoints" / "step_000000002" / "checkpoint.json"));
+  const std::string metrics = dp::testing::read_text_file(small / "metrics.jsonl");
+  EXPECT_THAT(metrics, HasSubstr("\"reason\":\"error\""));
+  // The earlier checkpoint resumes (on a disk with room).
+  const fs::path copy = dir_ / "copy";
+  fs::create_directories(copy);
+  fs::copy(small / "checkpoints", copy / "checkpoints", fs::copy_options::recursive);
+  ::umount(small.c_str());
+  const ProgramResult resumed = dptrain("--config " + cfg + " --set run.output_dir=" + copy.string() +
+                                        " --set run.max_steps=4 --resume auto");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("after step 2"));
+}
+
+}  // namespace
