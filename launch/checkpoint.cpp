@@ -201,6 +201,21 @@ Checkpoint load_checkpoint(const std::string& dir, Device device) {
   }
 }
 
+std::vector<std::string> remove_unfinished_saves(const std::string& checkpoints_dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(checkpoints_dir, ec)) return removed;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t tmp = name.find(".tmp.");
+    if (tmp == std::string::npos || !step_of(name.substr(0, tmp)) || !entry.is_directory()) continue;
+    fs::remove_all(entry.path(), ec);
+    DP_CHECK(!ec, "checkpoint: cannot remove the unfinished save '", entry.path().string(), "': ", ec.message());
+    removed.push_back(entry.path().string());
+  }
+  return removed;
+}
+
 std::vector<std::string> prune_checkpoints(const std::string& checkpoints_dir, int64_t keep) {
   DP_CHECK(keep >= 1, "prune_checkpoints: keep must be at least 1, got ", keep);
   std::vector<std::string> all = list_checkpoints(checkpoints_dir), removed;

@@ -57,6 +57,10 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);
 // file and the problem otherwise.
 Checkpoint load_checkpoint(const std::string& dir, Device device);
 
+// Removes the temporaries of saves that never completed (a process killed while saving:
+// "step_<N>.tmp.<pid>"); returns them. Only while no other process saves into the directory.
+std::vector<std::string> remove_unfinished_saves(const std::string& checkpoints_dir);
+
 // Removes all but the newest `keep` complete checkpoints (keep >= 1); returns those removed.
 std::vector<std::string> prune_checkpoints(const std::string& checkpoints_dir, int64_t keep);
 

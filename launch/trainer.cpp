@@ -464,6 +464,12 @@ class Checkpointer {
     throw Error("cannot keep the earlier checkpoints " + dir_ + ": 9999 kept copies exist already");
   }
   void resumed_at(int64_t step) { last_step_ = step; }
+  // Temporaries of saves a killed process never finished (NOTE [ Checkpoint layout ]).
+  void remove_unfinished_saves() {
+    if (run_.rank != 0) return;
+    for (const std::string& dir : dp::remove_unfinished_saves(dir_))
+      console_.line("removed " + dir + ", a save that never completed");
+  }
   // Writes one at `at` unless this step has one; returns its directory (rank 0) or "".
   std::string save(const CheckpointPosition& at) {
     if (at.step == last_step_) return "";
@@ -513,6 +519,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // NOTE [ Resuming a run ]: where this run starts.
   Checkpointer checkpointer(config, run, console);
   CheckpointPosition start;
+  checkpointer.remove_unfinished_saves();
   const std::string resume_from = checkpoint_to_resume(config);
   if (!resume_from.empty()) {
     start = restore_checkpoint(run, config, load_checkpoint(resume_from, run.cpu), "run.resume: '" + resume_from + "'");

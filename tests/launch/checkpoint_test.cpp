@@ -101,6 +101,10 @@ TEST_F(CheckpointTest, ListingSkipsTemporariesAndPruningKeepsTheNewest) {
   EXPECT_EQ(prune_checkpoints(checkpoints(), 2), std::vector<std::string>{all[0]});
   EXPECT_EQ(list_checkpoints(checkpoints()), (std::vector<std::string>{all[1], all[2]}));
   EXPECT_TRUE(fs::exists(fs::path(checkpoints()) / "notes.txt"));
+  EXPECT_EQ(remove_unfinished_saves(checkpoints()),
+            std::vector<std::string>{(fs::path(checkpoints()) / "step_000000200.tmp.123").string()});
+  EXPECT_EQ(list_checkpoints(checkpoints()).size(), 2u);
+  EXPECT_TRUE(fs::exists(fs::path(checkpoints()) / "step_x")) << "not ours: left alone";
   EXPECT_TRUE(list_checkpoints((dir_ / "none").string()).empty());
   EXPECT_ERROR_CONTAINS(prune_checkpoints(checkpoints(), 0), "keep must be at least 1");
 }

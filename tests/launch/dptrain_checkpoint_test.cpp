@@ -104,6 +104,23 @@ TEST_F(Resume, SigtermSavesAndTheResumedRunEndsWhereTheWholeRunEnds) {
   EXPECT_EQ(kept, 2) << "run.keep_checkpoints: 2";
 }
 
+// SIGKILL at any moment, a save in progress included (a checkpoint every step, so that the kill
+// often lands inside one): --resume auto takes the newest complete checkpoint, removes the
+// unfinished one, and ends with the uninterrupted model.
+TEST_F(Resume, SigkillAtAnyMomentLeavesTheLastCompleteCheckpoint) {
+  const std::string cfg = config("optimizer: {name: adamw, lr: 0.001}\n", /*batch=*/200);
+  const std::string whole = uninterrupted(cfg, 0);
+  const ProgramResult killed = dp::testing::signalled_run(
+      dptrain_binary() + " --config " + cfg + " --set run.checkpoint_every=1 --set run.keep_checkpoints=1",
+      out() / "metrics.jsonl", "KILL");
+  ASSERT_EQ(killed.exit_code, 128 + 9) << killed.output;
+  const ProgramResult resumed = dptrain("--config " + cfg + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(model_digest(resumed.output), whole) << resumed.output;
+  for (const auto& e : fs::directory_iterator(out() / "checkpoints"))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
 // Slurm's warning before a time limit (`--signal=USR1@T`) ends the run the same way, exit 138.
 TEST_F(Resume, SigusrOneSavesAndExits138) {
   const std::string cfg = config("", /*batch=*/200);

@@ -226,6 +226,36 @@ TEST_F(Distributed, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
   EXPECT_THAT(last, HasSubstr("\"reason\":\"SIGTERM\"")) << last;
 }
 
+// Preemption end to end (NOTE [ Resuming a run ]): SIGTERM to one rank of a 2-rank job mid-epoch;
+// every rank stops after the same step, rank 0 saves it, the job exits 143, and `--resume auto`
+// ends with the model of the uninterrupted run, bit for bit. `launcher` runs 2 ranks.
+void preempt_and_resume(const fs::path& dir, const std::string& launcher, const std::string& cfg) {
+  const std::string args = " --config " + cfg + " --set run.deterministic=true --set run.max_steps=150 --set run.log_every=1";
+  const ProgramResult whole =
+      run_program(launcher + dptrain_binary() + args + " --set run.output_dir=" + (dir / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string dptrain = dptrain_binary() + args;
+  const fs::path metrics = dir / "out" / "metrics.jsonl", script = dir / "preempt.sh";
+  std::ofstream(script) << launcher << dptrain << " &\n"
+                        << "p=$!; i=0\n"
+                        << "while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" << metrics.string()
+                        << "'; do sleep 0.05; i=$((i+1)); done\n"
+                        << "kill -TERM $(pgrep -x -f '" << dptrain << "' | tail -n 1)\n"
+                        << "wait $p\n";
+  const ProgramResult stopped = run_program("sh " + script.string());
+  ASSERT_NE(stopped.exit_code, 0) << "the run ended before the signal: " << stopped.output;
+  EXPECT_EQ(stopped.exit_code, 143) << stopped.output;
+  EXPECT_THAT(stopped.output, ::testing::ContainsRegex("checkpoint .*step_0+[1-9][0-9]* \\(step")) << stopped.output;
+  const ProgramResult resumed = run_program(launcher + dptrain + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed from "));
+  EXPECT_EQ(model_digest(resumed.output), model_digest(whole.output)) << resumed.output;
+}
+
+TEST_F(Distributed, MpirunPreemptedBySigtermResumesToTheUninterruptedModel) {
+  preempt_and_resume(dir_, kMpirun + " -np 2 ", config("c.yaml"));
+}
+
 // run.deterministic: two launches of the same 2-rank job end with the same model, bit for bit
 // (the digest of every parameter and buffer that rank 0 prints).
 
@@ -355,6 +385,12 @@ TEST_F(Distributed, SrunTwoTasks) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("data-parallel over 2 ranks"));
   EXPECT_EQ(count(r.output, "done: 12 steps"), 1) << r.output;
+}
+
+TEST_F(Distributed, SrunPreemptedBySigtermResumesToTheUninterruptedModel) {
+  if (!slurm_cluster_reachable())
+    GTEST_SKIP() << "no Slurm cluster: start one with `eval \"$(launch/local_slurm.sh start)\"` (as CI does)";
+  preempt_and_resume(dir_, "timeout 300 srun --quiet -n 2 ", config("c.yaml"));
 }
 
 TEST_F(Distributed, SrunWithoutPmixOnARealCluster) {
