@@ -201,20 +201,21 @@ TEST_F(Distributed, WatchdogFromTheConfigNamesAKilledRank) {
   EXPECT_THAT(r.output, ::testing::ContainsRegex("timeout 5.0 s.*rank 1 stopped making progress")) << r.output;
 }
 
+// Starts `dptrain` (a command line) on 2 ranks with `launcher`, and once its first step is logged
+// in `metrics` sends SIGTERM to one rank only; returns what the launch exited with. pgrep -x -f
+// matches the ranks' exact command line, not the launcher's or the shell's.
+ProgramResult signal_one_rank(const std::string& launcher, const std::string& dptrain, const fs::path& metrics) {
+  return dp::testing::signalled_run(launcher + dptrain, metrics, "TERM",
+                                    "$(pgrep -x -f '" + dptrain + "' | head -n 1)");
+}
+
 // SIGTERM to one rank of a 2-rank job (a user's kill, or the first task Slurm reaches): the ranks
 // agree to stop after the same step, rank 0 writes the end record, and every rank exits 143.
 TEST_F(Distributed, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
   const std::string cfg = config("long.yaml");
   const std::string dptrain = dptrain_binary() + " --config " + cfg + " --set run.max_steps=0 --set run.log_every=1";
-  const fs::path metrics = dir_ / "out" / "metrics.jsonl", script = dir_ / "signal.sh";
-  // pgrep -x -f matches the ranks' exact command line, not mpirun's or this shell's.
-  std::ofstream(script) << kMpirun << " -np 2 " << dptrain << " &\n"
-                        << "p=$!; i=0\n"
-                        << "while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" << metrics.string()
-                        << "'; do sleep 0.05; i=$((i+1)); done\n"
-                        << "kill -TERM $(pgrep -x -f '" << dptrain << "' | head -n 1)\n"
-                        << "wait $p\n";
-  const ProgramResult r = run_program("sh " + script.string());
+  const fs::path metrics = dir_ / "out" / "metrics.jsonl";
+  const ProgramResult r = signal_one_rank(kMpirun + " -np 2 ", dptrain, metrics);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, 124) << "timed out: " << r.output;
   EXPECT_THAT(r.output, ::testing::ContainsRegex("stopped by SIGTERM after step [0-9]+")) << r.output;
@@ -235,14 +236,7 @@ void preempt_and_resume(const fs::path& dir, const std::string& launcher, const 
       run_program(launcher + dptrain_binary() + args + " --set run.output_dir=" + (dir / "whole").string());
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const std::string dptrain = dptrain_binary() + args;
-  const fs::path metrics = dir / "out" / "metrics.jsonl", script = dir / "preempt.sh";
-  std::ofstream(script) << launcher << dptrain << " &\n"
-                        << "p=$!; i=0\n"
-                        << "while [ $i -lt 1200 ] && ! grep -qs '\"event\":\"step\"' '" << metrics.string()
-                        << "'; do sleep 0.05; i=$((i+1)); done\n"
-                        << "kill -TERM $(pgrep -x -f '" << dptrain << "' | tail -n 1)\n"
-                        << "wait $p\n";
-  const ProgramResult stopped = run_program("sh " + script.string());
+  const ProgramResult stopped = signal_one_rank(launcher, dptrain, dir / "out" / "metrics.jsonl");
   ASSERT_NE(stopped.exit_code, 0) << "the run ended before the signal: " << stopped.output;
   EXPECT_EQ(stopped.exit_code, 143) << stopped.output;
   EXPECT_THAT(stopped.output, ::testing::ContainsRegex("checkpoint .*step_0+[1-9][0-9]* \\(step")) << stopped.output;
