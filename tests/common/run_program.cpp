@@ -35,6 +35,10 @@ ProgramResult signalled_run(const std::string& launch, const std::filesystem::pa
   return run_program("sh -c \"" + quoted + "\"");
 }
 
+std::string mpirun(int ranks) {
+  return "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none -np " + std::to_string(ranks) + " ";
+}
+
 std::string dptrain_binary() { return std::string(DPTRAIN_BINARY_DIR) + "/launch/dptrain"; }
 
 std::string model_digest(const std::string& output) {

@@ -20,6 +20,10 @@ ProgramResult run_program(const std::string& command);
 ProgramResult signalled_run(const std::string& launch, const std::filesystem::path& metrics, const std::string& signal,
                             const std::string& targets = "$p");
 
+// "timeout 300 mpirun ... -np <ranks> ": Open MPI as CI runs it (as root, more ranks than cores,
+// a hard time limit), ready for a program and its arguments.
+std::string mpirun(int ranks);
+
 // The dptrain binary of this build tree.
 std::string dptrain_binary();
 

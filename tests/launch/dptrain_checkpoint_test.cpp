@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/run_program.h"
 
@@ -52,36 +53,53 @@ class Resume : public ::testing::Test {
 };
 
 // N steps with a checkpoint at N, then --resume auto up to N + M (across the epoch boundary):
-// the digest of the uninterrupted N + M steps.
-class ResumeEachOptimiser : public Resume, public ::testing::WithParamInterface<const char*> {};
+// the digest of the uninterrupted N + M steps. For every optimiser, in float32 and with the loss
+// scaler (its scale and growth tracker saved too), on one process and on 2 ranks.
+struct ResumeCase {
+  const char* optimizer;
+  bool loss_scaler;
+  int ranks;
+};
+
+class ResumeEachOptimiser : public Resume, public ::testing::WithParamInterface<ResumeCase> {};
 
 TEST_P(ResumeEachOptimiser, EndsWithTheUninterruptedModel) {
-  const std::string name = GetParam();
-  std::string optimizer = "optimizer: {name: " + name + ", lr: 0.01}\n";
+  const ResumeCase& c = GetParam();
+  const std::string name = c.optimizer;
+  std::string sections = "optimizer: {name: " + name + ", lr: 0.01}\n";
   if (name == "shampoo")
-    optimizer = "optimizer: {name: shampoo, lr: 0.01, precondition_frequency: 4, max_preconditioner_dim: 16}\n";
-  if (name == "sgd+scaler")  // the loss scaler's state too (scale, growth tracker)
-    optimizer = "optimizer: {name: sgd, lr: 0.05}\nloss_scale: {enabled: true, init_scale: 1024, growth_interval: 3}\n";
-  const std::string cfg = config(optimizer);
-  const std::string whole = uninterrupted(cfg, 40);
+    sections = "optimizer: {name: shampoo, lr: 0.01, precondition_frequency: 4, max_preconditioner_dim: 16}\n";
+  if (c.loss_scaler) sections += "loss_scale: {enabled: true, init_scale: 1024, growth_interval: 3}\n";
+  const std::string cfg = config(sections);
+  const std::string launcher = c.ranks > 1 ? dp::testing::mpirun(c.ranks) : "";
+  auto dptrain_on_ranks = [&](const std::string& args) {
+    const ProgramResult r = run_program(launcher + dptrain_binary() + " --config " + cfg + args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r;
+  };
+  const std::string whole =
+      model_digest(dptrain_on_ranks(" --set run.max_steps=40 --set run.output_dir=" + (dir_ / "whole").string()).output);
   ASSERT_EQ(whole.size(), 16u);
-  const ProgramResult first = dptrain("--config " + cfg + " --set run.max_steps=25 --set run.checkpoint_every=25");
-  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const ProgramResult first = dptrain_on_ranks(" --set run.max_steps=25 --set run.checkpoint_every=25");
   EXPECT_THAT(first.output, HasSubstr("checkpoint " + (out() / "checkpoints" / "step_000000025").string()));
   EXPECT_NE(model_digest(first.output), whole);
-  const ProgramResult resumed = dptrain("--config " + cfg + " --set run.max_steps=40 --resume auto");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_THAT(resumed.output, HasSubstr("after step 25 (epoch 1, step 25 of 30)"));
+  const ProgramResult resumed = dptrain_on_ranks(" --set run.max_steps=40 --resume auto");
+  EXPECT_THAT(resumed.output, HasSubstr("after step 25 (epoch 1, step 25 of 30)"));  // 60,000 / 2000 a step
   EXPECT_EQ(model_digest(resumed.output), whole) << resumed.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimisers, ResumeEachOptimiser,
-                         ::testing::Values("sgd", "adamw", "lars", "lamb", "shampoo", "sgd+scaler"),
+std::vector<ResumeCase> every_optimiser_case() {
+  std::vector<ResumeCase> cases;
+  for (int ranks : {1, 2})
+    for (const char* optimizer : {"sgd", "adamw", "lars", "lamb", "shampoo"})
+      for (bool scaler : {false, true}) cases.push_back({optimizer, scaler, ranks});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimisers, ResumeEachOptimiser, ::testing::ValuesIn(every_optimiser_case()),
                          [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '+') c = '_';
-                           return n;
+                           return std::string(info.param.optimizer) + (info.param.loss_scaler ? "_scaler" : "_fp32") +
+                                  "_" + std::to_string(info.param.ranks) + "rank";
                          });
 
 // Preemption: SIGTERM mid-epoch saves at the step boundary, exits 143, and --resume auto

@@ -24,7 +24,7 @@ using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
 
-// mpirun as CI runs it: as root, more ranks than cores, a hard time limit.
+// mpirun as CI runs it: as root, more ranks than cores, a hard time limit (" -np N " follows).
 const std::string kMpirun = "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none";
 
 int count(const std::string& text, const std::string& what) {
