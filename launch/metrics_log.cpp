@@ -81,10 +81,12 @@ MetricsLog::~MetricsLog() {
   if (file_) std::fclose(file_);
 }
 
-void MetricsLog::write(const nlohmann::json& record) {
-  std::string line = record.dump() + "\n";
-  DP_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
+void MetricsLog::write(const nlohmann::json& record) { write_lines(record.dump() + "\n"); }
+
+void MetricsLog::write_lines(const std::string& lines) {
+  DP_CHECK(std::fwrite(lines.data(), 1, lines.size(), file_) == lines.size() && std::fflush(file_) == 0,
            "writing metrics file '", path_, "' failed: ", std::strerror(errno));
+  text_ += lines;
 }
 
 }  // namespace dp

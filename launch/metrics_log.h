@@ -19,6 +19,10 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   void write(const nlohmann::json& record);
+  // Whole lines as they are (a resumed run's earlier records, from its checkpoint).
+  void write_lines(const std::string& lines);
+  // Everything written so far (a checkpoint keeps it: NOTE [ Resuming a run ]).
+  const std::string& text() const { return text_; }
   const std::string& path() const { return path_; }
   // Where an earlier run's file at path() was moved to; empty when there was none.
   const std::string& kept_previous() const { return kept_previous_; }
@@ -26,6 +30,7 @@ class MetricsLog {
  private:
   std::string path_;
   std::string kept_previous_;
+  std::string text_;
   std::FILE* file_ = nullptr;
 };
 

@@ -16,8 +16,9 @@
 // loader threads, max_steps, checkpoint cadence, ...); every other difference is listed. The
 // world size must be the same, unless distributed.shards is set: the shards then fix the
 // computation whatever the world size (NOTE [ Fixed shards ]), and any world size dividing it
-// may continue. What is not saved: the partial sums of the interrupted epoch's reported train
-// loss (the resumed epoch reports the mean over the steps it ran) and the loss-scale skip counts.
+// may continue. The metrics records so far travel in the checkpoint too. What is not saved: the
+// partial sums of the interrupted epoch's reported train loss (the resumed epoch reports the
+// mean over the steps it ran) and the loss-scale skip counts.
 #pragma once
 
 #include <string>
@@ -27,6 +28,10 @@
 #include "launch/training_run.h"
 
 namespace dp {
+
+// The checkpoint fact holding rank 0's metrics records up to the save (written first into a
+// resumed run's metrics file, so that it reads as one run).
+inline constexpr const char* kMetricsFact = "metrics";
 
 // <run.output_dir>/checkpoints.
 std::string checkpoints_dir(const Config& config);

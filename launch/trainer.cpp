@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -446,8 +447,8 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
 // next collective waits for it). One checkpoint per step at most.
 class Checkpointer {
  public:
-  Checkpointer(const Config& config, TrainingRun& run, Console& console)
-      : config_(config), run_(run), console_(console), dir_(checkpoints_dir(config)) {}
+  Checkpointer(const Config& config, TrainingRun& run, Console& console, const MetricsLog* metrics)
+      : config_(config), run_(run), console_(console), metrics_(metrics), dir_(checkpoints_dir(config)) {}
 
   // A fresh run (not resuming) moves an earlier run's checkpoints aside, so that its own never
   // collide with them and nothing earlier is lost.
@@ -476,7 +477,9 @@ class Checkpointer {
     last_step_ = at.step;
     if (run_.rank != 0) return "";
     const auto start = std::chrono::steady_clock::now();
-    const std::string path = save_checkpoint(dir_, capture_checkpoint(run_, config_, at));
+    Checkpoint checkpoint = capture_checkpoint(run_, config_, at);
+    if (metrics_) checkpoint.facts[kMetricsFact] = metrics_->text();  // the records so far
+    const std::string path = save_checkpoint(dir_, checkpoint);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     uint64_t bytes = 0;
     for (const auto& f : std::filesystem::directory_iterator(path)) bytes += f.file_size();
@@ -492,6 +495,7 @@ class Checkpointer {
   const Config& config_;
   TrainingRun& run_;
   Console& console_;
+  const MetricsLog* metrics_;
   std::string dir_;
   int64_t last_step_ = -1;
 };
@@ -514,16 +518,27 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
 
   std::unique_ptr<TrainingRun> built = build_run(config, runtime, world);  // NOTE [ Run builder ]
   TrainingRun& run = *built;
-  announce(config, run, console, metrics);
-  const int64_t steps_per_epoch = run.plan.steps_per_epoch;
-  // NOTE [ Resuming a run ]: where this run starts.
-  Checkpointer checkpointer(config, run, console);
-  CheckpointPosition start;
+  // NOTE [ Resuming a run ]: where this run starts. The metrics file of a resumed run begins with
+  // the records its checkpoint kept, then this run's start record and a resume record.
+  Checkpointer checkpointer(config, run, console, metrics);
   checkpointer.remove_unfinished_saves();
   const std::string resume_from = checkpoint_to_resume(config);
+  std::optional<Checkpoint> checkpoint;
   if (!resume_from.empty()) {
-    start = restore_checkpoint(run, config, load_checkpoint(resume_from, run.cpu), "run.resume: '" + resume_from + "'");
+    checkpoint = load_checkpoint(resume_from, run.cpu);
+    const auto earlier = checkpoint->facts.find(kMetricsFact);
+    if (metrics && earlier != checkpoint->facts.end()) metrics->write_lines(earlier->second);
+  }
+  announce(config, run, console, metrics);
+  const int64_t steps_per_epoch = run.plan.steps_per_epoch;
+  CheckpointPosition start;
+  if (checkpoint) {
+    start = restore_checkpoint(run, config, *checkpoint, "run.resume: '" + resume_from + "'");
+    checkpoint.reset();  // its tensors are copied into the run
     checkpointer.resumed_at(start.step);
+    if (metrics)
+      metrics->write({{"event", "resume"}, {"checkpoint", resume_from}, {"step", start.step},
+                      {"epoch", start.epoch + 1}, {"step_in_epoch", start.step_in_epoch}});
     console.line("resumed from " + resume_from + " after step " + std::to_string(start.step) + " (epoch " +
                  std::to_string(start.epoch + 1) + ", step " + std::to_string(start.step_in_epoch) + " of " +
                  std::to_string(steps_per_epoch) + ")");

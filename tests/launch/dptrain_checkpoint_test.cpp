@@ -117,6 +117,18 @@ TEST_F(Resume, SigtermSavesAndTheResumedRunEndsWhereTheWholeRunEnds) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("resumed from "));
   EXPECT_EQ(model_digest(resumed.output), whole) << resumed.output;
+  // One metrics file for the whole run: the records the checkpoint kept, then the resumed ones —
+  // a step record for each of the 600 steps, one resume record.
+  const std::string metrics = dp::testing::read_text_file(out() / "metrics.jsonl");
+  int step_records = 0, resumes = 0;
+  for (size_t at = metrics.find("\"event\":\"step\""); at != std::string::npos;
+       at = metrics.find("\"event\":\"step\"", at + 1))
+    ++step_records;
+  for (size_t at = metrics.find("\"event\":\"resume\""); at != std::string::npos;
+       at = metrics.find("\"event\":\"resume\"", at + 1))
+    ++resumes;
+  EXPECT_EQ(step_records, 600);
+  EXPECT_EQ(resumes, 1);
   int kept = 0;
   for (const auto& e : fs::directory_iterator(out() / "checkpoints")) kept += e.path().filename().string().starts_with("step_");
   EXPECT_EQ(kept, 2) << "run.keep_checkpoints: 2";
@@ -162,6 +174,9 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   EXPECT_THAT(other.output, HasSubstr("differs from the checkpoint's in 2 keys"));
   EXPECT_THAT(other.output, HasSubstr("optimizer.lr: 0.05 in the checkpoint, 0.1 now"));
   EXPECT_THAT(other.output, HasSubstr("model.dropout: 0.1 in the checkpoint, 0.2 now"));
+  const ProgramResult model = dptrain("--config " + cfg + " --set model.name=small_cnn --resume auto");
+  EXPECT_NE(model.exit_code, 0);
+  EXPECT_THAT(model.output, HasSubstr("model.name: mlp in the checkpoint, small_cnn now"));
   // What does not change the computation may differ.
   const ProgramResult free = dptrain("--config " + cfg + " --set run.max_steps=4 --set data.loader_threads=2 "
                                      "--set run.log_every=7 --resume auto");
