@@ -230,17 +230,21 @@ TEST_F(Distributed, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
 // Preemption end to end (NOTE [ Resuming a run ]): SIGTERM to one rank of a 2-rank job mid-epoch;
 // every rank stops after the same step, rank 0 saves it, the job exits 143, and `--resume auto`
 // ends with the model of the uninterrupted run, bit for bit. `launcher` runs 2 ranks.
+// The signalled run has the epoch's 938 steps ahead of it (no step limit), so the signal lands
+// mid-run however slowly the shell polls; the whole and the resumed run stop at step 300.
 void preempt_and_resume(const fs::path& dir, const std::string& launcher, const std::string& cfg) {
-  const std::string args = " --config " + cfg + " --set run.deterministic=true --set run.max_steps=150 --set run.log_every=1";
+  const std::string args = " --config " + cfg + " --set run.deterministic=true --set run.log_every=1";
+  const std::string to_300 = " --set run.max_steps=300";
   const ProgramResult whole =
-      run_program(launcher + dptrain_binary() + args + " --set run.output_dir=" + (dir / "whole").string());
+      run_program(launcher + dptrain_binary() + args + to_300 + " --set run.output_dir=" + (dir / "whole").string());
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const std::string dptrain = dptrain_binary() + args;
-  const ProgramResult stopped = signal_one_rank(launcher, dptrain, dir / "out" / "metrics.jsonl");
+  const ProgramResult stopped =
+      signal_one_rank(launcher, dptrain + " --set run.max_steps=0", dir / "out" / "metrics.jsonl");
   ASSERT_NE(stopped.exit_code, 0) << "the run ended before the signal: " << stopped.output;
   EXPECT_EQ(stopped.exit_code, 143) << stopped.output;
   EXPECT_THAT(stopped.output, ::testing::ContainsRegex("checkpoint .*step_0+[1-9][0-9]* \\(step")) << stopped.output;
-  const ProgramResult resumed = run_program(launcher + dptrain + " --resume auto");
+  const ProgramResult resumed = run_program(launcher + dptrain + to_300 + " --resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("resumed from "));
   EXPECT_EQ(model_digest(resumed.output), model_digest(whole.output)) << resumed.output;
