@@ -57,12 +57,6 @@ std::pair<uint64_t, uint64_t> size_and_digest(const std::string& path) {
   return {size, digest.value()};
 }
 
-std::string hex(uint64_t v) {
-  char text[24];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-  return text;
-}
-
 // step_<digits> → the step; anything else (temporaries, stray files) → nothing.
 std::optional<int64_t> step_of(const std::string& name) {
   if (name.size() <= 5 || name.rfind("step_", 0) != 0) return std::nullopt;
@@ -109,7 +103,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
       const std::string path = (fs::path(tmp) / file).string();
       save_tensors(path, *tensors);  // fsynced (write_safetensors)
       const auto [size, digest] = size_and_digest(path);
-      files[file] = {{"bytes", size}, {"fnv1a64", hex(digest)}};
+      files[file] = {{"bytes", size}, {"fnv1a64", hex_digest(digest)}};
     }
     nlohmann::json facts = nlohmann::json::object();
     for (const auto& [k, v] : checkpoint.facts) facts[k] = v;
@@ -120,7 +114,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
                                      {"epoch", at.epoch},
                                      {"step_in_epoch", at.step_in_epoch},
                                      {"world_size", checkpoint.world_size},
-                                     {"config_hash", hex(checkpoint.config_hash)},
+                                     {"config_hash", hex_digest(checkpoint.config_hash)},
                                      {"facts", facts},
                                      {"files", files}};
     write_manifest((fs::path(tmp) / kManifest).string(), manifest);
@@ -186,7 +180,7 @@ Checkpoint load_checkpoint(const std::string& dir, Device device) {
       const auto [size, digest] = size_and_digest(path);
       DP_CHECK(size == want.at("bytes").get<uint64_t>(), where, ": '", path, "' has ", size, " bytes, the manifest ",
                "says ", want.at("bytes").get<uint64_t>(), " (truncated or replaced)");
-      DP_CHECK(hex(digest) == want.at("fnv1a64").get<std::string>(), where, ": '", path, "' does not match its ",
+      DP_CHECK(hex_digest(digest) == want.at("fnv1a64").get<std::string>(), where, ": '", path, "' does not match its ",
                "digest in the manifest (the file is corrupt)");
     }
     out.model = load_tensors((fs::path(dir) / kModelFile).string(), device);

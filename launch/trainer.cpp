@@ -420,8 +420,7 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
     console.line(line);
   }
   if (metrics) {
-    char digest[24];
-    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
+    const std::string digest = hex_digest(report.model_digest);
     const char* reason = report.stop_signal ? StopSignals::name(report.stop_signal)
                          : report.reached_target ? "target_reached"
                          : config.run.max_steps > 0 && report.steps >= config.run.max_steps ? "max_steps"
@@ -441,6 +440,22 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
                      {"most_often_last_bucket", report.comm.most_often_last_bucket}};
     metrics->write(rec);
   }
+}
+
+// run.weights_file (rank 0): the final weights with torch's names (model.init_from and torchvision
+// load them); an earlier run's file is kept under another name, never overwritten.
+void save_final_weights(const Config& config, TrainingRun& run, Console& console, TrainReport& report) {
+  const std::string path = (std::filesystem::path(config.run.output_dir) / config.run.weights_file).string();
+  const std::string kept = keep_existing_file(path);
+  if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
+  const Clock::time_point start = Clock::now();
+  save_tensors(path, run.model->state_dict(),
+               {{"format", "dptrain model weights"}, {"model", config.model.name},
+                {"num_classes", std::to_string(config.model.num_classes)}, {"steps", std::to_string(report.steps)},
+                {"model_digest", hex_digest(report.model_digest)}});
+  report.weights_seconds = seconds_since(start);
+  report.weights_path = path;
+  report.weights_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
 }
 
 // NOTE [ Resuming a run ] (launch/run_checkpoint.h): rank 0 writes, the others go on (their
@@ -476,11 +491,11 @@ class Checkpointer {
     if (at.step == last_step_) return "";
     last_step_ = at.step;
     if (run_.rank != 0) return "";
-    const auto start = std::chrono::steady_clock::now();
+    const Clock::time_point start = Clock::now();
     Checkpoint checkpoint = capture_checkpoint(run_, config_, at);
     if (metrics_) checkpoint.facts[kMetricsFact] = metrics_->text();  // the records so far
     const std::string path = save_checkpoint(dir_, checkpoint);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = seconds_since(start);
     uint64_t bytes = 0;
     for (const auto& f : std::filesystem::directory_iterator(path)) bytes += f.file_size();
     prune_checkpoints(dir_, config_.run.keep_checkpoints);
@@ -673,23 +688,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   report.stop_signal = stop_signal;
   report.peak_rss_mib = peak_rss_mib();
   report.model_digest = model_digest(*run.model, run.cpu);
-  if (!config.run.weights_file.empty() && run.rank == 0) {
-    // The final weights with torch's names (model.init_from and torchvision load them); an
-    // earlier run's file is kept under another name, never overwritten.
-    const std::string path = (std::filesystem::path(config.run.output_dir) / config.run.weights_file).string();
-    const std::string kept = keep_existing_file(path);
-    if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
-    char digest[24];
-    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(report.model_digest));
-    const auto save_start = std::chrono::steady_clock::now();
-    save_tensors(path, run.model->state_dict(),
-                 {{"format", "dptrain model weights"}, {"model", config.model.name},
-                  {"num_classes", std::to_string(config.model.num_classes)}, {"steps", std::to_string(step)},
-                  {"model_digest", digest}});
-    report.weights_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start).count();
-    report.weights_path = path;
-    report.weights_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
-  }
+  if (!config.run.weights_file.empty() && run.rank == 0) save_final_weights(config, run, console, report);
   report_end(config, run, console, metrics, profiler, comm, report);
   // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).
   mllog.stop(report.reached_target ||

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace dp {
@@ -27,5 +29,12 @@ class Fnv1a {
  private:
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
+
+// 16 lowercase hex digits, as digests are printed and stored ("30b6d033976a9f5a").
+inline std::string hex_digest(uint64_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
 
 }  // namespace dp
