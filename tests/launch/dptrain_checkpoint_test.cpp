@@ -155,9 +155,10 @@ TEST_F(Resume, SigkillAtAnyMomentLeavesTheLastCompleteCheckpoint) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(model_digest(resumed.output), whole) << resumed.output;
   // The kill may land before the first save made the directory (the run then started afresh).
-  if (fs::exists(out() / "checkpoints"))
+  if (fs::exists(out() / "checkpoints")) {
     for (const auto& e : fs::directory_iterator(out() / "checkpoints"))
       EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  }
 }
 
 // Slurm's warning before a time limit (`--signal=USR1@T`) ends the run the same way, exit 138.

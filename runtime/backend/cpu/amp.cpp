@@ -37,13 +37,13 @@ void CpuBackend::amp_unscale_and_check(const std::vector<Tensor>& grads, const T
       const T factor = static_cast<T>(inv);
       T* d = g.data<T>();
       const int64_t n = g.numel();
-      bool bad = false;
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) reduction(|| : bad) if (n > kParallelGrain)
+      int bad = 0;  // bitwise, not ||: a short-circuit keeps the loop scalar
+#pragma omp parallel for simd num_threads(num_threads_) schedule(static) reduction(| : bad) if (n > kParallelGrain)
       for (int64_t i = 0; i < n; ++i) {
-        bad = bad || !std::isfinite(d[i]);
+        bad |= !std::isfinite(d[i]);
         d[i] *= factor;
       }
-      return bad;
+      return bad != 0;
     });
     any_nonfinite = any_nonfinite || nonfinite;
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <omp.h>
 
 #include "runtime/core/error.h"
 #include "runtime/tensor/tensor.h"
@@ -10,6 +11,25 @@ namespace dp::cpu {
 
 // Below this many elements a pointwise kernel runs on one thread (fork/join costs ~1 µs).
 inline constexpr int64_t kParallelGrain = 32768;
+
+// Parallel loop over [0, n) for contiguous kernels: body(begin, end) once per thread. The body
+// should copy what it reads into locals (and its pointers into __restrict locals) before its
+// loop: values reached through captures or the OpenMP region's shared data may alias the
+// stores, and GCC then keeps the loop scalar (it did, for the optimiser updates).
+template <typename Body>
+void parallel_range(int64_t n, int threads, Body&& body) {
+  if (threads <= 1 || n < kParallelGrain) {
+    body(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // Chunks aligned to 16 elements so each thread's stores start on a cache line.
+    const int64_t b = (n * t / nt) & ~int64_t(15), e = t == nt - 1 ? n : (n * (t + 1) / nt) & ~int64_t(15);
+    if (e > b) body(b, e);
+  }
+}
 
 // Calls fn(T{}) with T = float or double according to `dtype`; other dtypes are an error
 // naming the op.

@@ -65,23 +65,27 @@ void CpuBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tenso
   if (control.step_count >= 0) p.first_step = use_momentum && control.step_count == 0;
   dispatch_floating(param.dtype(), "sgd_update", [&](auto tag) {
     using T = decltype(tag);
-    T* w = param.data<T>();
-    const T* g = grad.data<T>();
-    T* buf = use_momentum ? momentum_buf.data<T>() : nullptr;
+    T* const w = param.data<T>();
+    const T* const g = grad.data<T>();
+    T* const buf = use_momentum ? momentum_buf.data<T>() : nullptr;
     const T lr = T(p.lr), wd = T(p.weight_decay), mom = T(p.momentum), damp = T(1.0 - p.dampening);
-    const int64_t n = param.numel();
     // The options are loop-invariant: pick the loop once so each variant vectorises cleanly.
     auto run = [&](auto with_momentum, auto first, auto nesterov) {
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        T d = g[i] + wd * w[i];
-        if constexpr (decltype(with_momentum)::value) {
-          const T b = decltype(first)::value ? d : mom * buf[i] + damp * d;
-          buf[i] = b;
-          d = decltype(nesterov)::value ? d + mom * b : b;
+      parallel_range(param.numel(), num_threads_, [&](int64_t begin, int64_t end) {
+        T* __restrict wp = w;  // locals (see parallel_range): the loop vectorises
+        const T* __restrict gp = g;
+        T* __restrict bp = buf;
+        const T lr_ = lr, wd_ = wd, mom_ = mom, damp_ = damp;
+        for (int64_t i = begin; i < end; ++i) {
+          T d = gp[i] + wd_ * wp[i];
+          if constexpr (decltype(with_momentum)::value) {
+            const T b = decltype(first)::value ? d : mom_ * bp[i] + damp_ * d;
+            bp[i] = b;
+            d = decltype(nesterov)::value ? d + mom_ * b : b;
+          }
+          wp[i] -= lr_ * d;
         }
-        w[i] -= lr * d;
-      }
+      });
     };
     using Yes = std::true_type;
     using No = std::false_type;
@@ -130,25 +134,32 @@ void CpuBackend::adamw_update(const Tensor& param, const Tensor& grad, const Ten
   DP_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got ", p.step);
   dispatch_floating(param.dtype(), "adamw_update", [&](auto tag) {
     using T = decltype(tag);
-    T* w = param.data<T>();
-    const T* g = grad.data<T>();
-    T* m = exp_avg.data<T>();
-    T* v = exp_avg_sq.data<T>();
-    const AdamConstants<T> c(p);
+    T* const w = param.data<T>();
+    const T* const g = grad.data<T>();
+    T* const m = exp_avg.data<T>();
+    T* const v = exp_avg_sq.data<T>();
+    const AdamConstants<T> constants(p);
     // p·(1 − lr·λ) as p − (lr·λ)·p: rounding the small lr·λ to float32 is harmless, rounding
     // 1 − lr·λ would bias every step by up to 3e-8 relative.
     const T lr_wd = T(p.lr * p.weight_decay);
     const bool divide = p.grad_divisor != 1.0;
-    const int64_t n = param.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      const T gi = divide ? g[i] * c.inv_divisor : g[i];
-      const T mi = c.b1 * m[i] + c.one_minus_b1 * gi;
-      const T vi = c.b2 * v[i] + c.one_minus_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      w[i] = w[i] - lr_wd * w[i] - c.step_size * mi / (std::sqrt(vi) / c.bc2_sqrt + c.eps);
-    }
+    parallel_range(param.numel(), num_threads_, [&](int64_t begin, int64_t end) {
+      T* __restrict wp = w;  // locals (see parallel_range): the loop vectorises
+      const T* __restrict gp = g;
+      T* __restrict mp = m;
+      T* __restrict vp = v;
+      const AdamConstants<T> c = constants;
+      const T lr_wd_ = lr_wd;
+      const T scale = divide ? c.inv_divisor : T(1);  // g·1 is g, exactly
+      for (int64_t i = begin; i < end; ++i) {
+        const T gi = gp[i] * scale;
+        const T mi = c.b1 * mp[i] + c.one_minus_b1 * gi;
+        const T vi = c.b2 * vp[i] + c.one_minus_b2 * gi * gi;
+        mp[i] = mi;
+        vp[i] = vi;
+        wp[i] = wp[i] - lr_wd_ * wp[i] - c.step_size * mi / (std::sqrt(vi) / c.bc2_sqrt + c.eps);
+      }
+    });
   });
 }
 
@@ -161,24 +172,31 @@ void CpuBackend::lamb_direction(const Tensor& param, const Tensor& grad, const T
   DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
   dispatch_floating(param.dtype(), "lamb_direction", [&](auto tag) {
     using T = decltype(tag);
-    const T* w = param.data<T>();
-    const T* g = grad.data<T>();
-    T* m = exp_avg.data<T>();
-    T* v = exp_avg_sq.data<T>();
-    T* u = update.data<T>();
-    const AdamConstants<T> c(p);
+    const T* const w = param.data<T>();
+    const T* const g = grad.data<T>();
+    T* const m = exp_avg.data<T>();
+    T* const v = exp_avg_sq.data<T>();
+    T* const u = update.data<T>();
+    const AdamConstants<T> constants(p);
     const T bc2 = T(1.0 - std::pow(p.beta2, static_cast<double>(p.step)));
     const T divisor = T(p.grad_divisor);
-    const int64_t n = param.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      const T gi = g[i] / divisor;  // apex divides by the clipping factor
-      const T mi = c.b1 * m[i] + c.one_minus_b1 * gi;
-      const T vi = c.b2 * v[i] + c.one_minus_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      u[i] = (mi / c.bc1) / (std::sqrt(vi / bc2) + c.eps) + c.wd * w[i];
-    }
+    parallel_range(param.numel(), num_threads_, [&](int64_t begin, int64_t end) {
+      const T* __restrict wp = w;  // locals (see parallel_range): the loop vectorises
+      const T* __restrict gp = g;
+      T* __restrict mp = m;
+      T* __restrict vp = v;
+      T* __restrict up = u;
+      const AdamConstants<T> c = constants;
+      const T bc2_ = bc2, divisor_ = divisor;
+      for (int64_t i = begin; i < end; ++i) {
+        const T gi = gp[i] / divisor_;  // apex divides by the clipping factor
+        const T mi = c.b1 * mp[i] + c.one_minus_b1 * gi;
+        const T vi = c.b2 * vp[i] + c.one_minus_b2 * gi * gi;
+        mp[i] = mi;
+        vp[i] = vi;
+        up[i] = (mi / c.bc1) / (std::sqrt(vi / bc2_) + c.eps) + c.wd * wp[i];
+      }
+    });
   });
 }
 
@@ -191,28 +209,32 @@ void CpuBackend::lars_update(const Tensor& param, const Tensor& grad, const Tens
   p.lr = control.lr;
   dispatch_floating(param.dtype(), "lars_update", [&](auto tag) {
     using T = decltype(tag);
-    T* w = param.data<T>();
-    const T* g = grad.data<T>();
-    T* buf = momentum_buf.data<T>();
+    T* const w = param.data<T>();
+    const T* const g = grad.data<T>();
+    T* const buf = momentum_buf.data<T>();
     const double trust_ratio = p.trust_ratios.defined() ? p.trust_ratios.data<double>()[p.trust_index] : p.trust;
     const T wd = T(p.weight_decay), mom = T(p.momentum), lr = T(p.lr), trust = T(trust_ratio);
     const T scaled_lr = T(p.lr * trust_ratio);
-    const int64_t n = param.numel();
-    if (p.lr_outside_momentum) {
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        const T b = mom * buf[i] + trust * (g[i] + wd * w[i]);
-        buf[i] = b;
-        w[i] -= lr * b;
+    const bool lr_outside_momentum = p.lr_outside_momentum;
+    parallel_range(param.numel(), num_threads_, [&](int64_t begin, int64_t end) {
+      T* __restrict wp = w;  // locals (see parallel_range): the loops vectorise
+      const T* __restrict gp = g;
+      T* __restrict bp = buf;
+      const T wd_ = wd, mom_ = mom, lr_ = lr, trust_ = trust, scaled_lr_ = scaled_lr;
+      if (lr_outside_momentum) {
+        for (int64_t i = begin; i < end; ++i) {
+          const T b = mom_ * bp[i] + trust_ * (gp[i] + wd_ * wp[i]);
+          bp[i] = b;
+          wp[i] -= lr_ * b;
+        }
+      } else {
+        for (int64_t i = begin; i < end; ++i) {
+          const T b = mom_ * bp[i] - scaled_lr_ * (gp[i] + wd_ * wp[i]);
+          bp[i] = b;
+          wp[i] += b;
+        }
       }
-    } else {
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) if (n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        const T b = mom * buf[i] - scaled_lr * (g[i] + wd * w[i]);
-        buf[i] = b;
-        w[i] += b;
-      }
-    }
+    });
   });
 }
 

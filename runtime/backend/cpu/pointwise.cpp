@@ -105,22 +105,6 @@ decltype(auto) dispatch_binary(BinaryOp op, Fn&& fn) {
   throw Error("unknown binary op");
 }
 
-// Parallel loop over [0, n) for contiguous kernels.
-template <typename Body>
-void parallel_range(int64_t n, int threads, Body&& body) {
-  if (threads <= 1 || n < kParallelGrain) {
-    body(0, n);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    // Chunks aligned to 16 elements so each thread's stores start on a cache line.
-    int64_t b = (n * t / nt) & ~int64_t(15), e = t == nt - 1 ? n : (n * (t + 1) / nt) & ~int64_t(15);
-    if (e > b) body(b, e);
-  }
-}
-
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& y) {
