@@ -11,6 +11,7 @@ const char* phase_name(Phase p) {
     case Phase::Backward: return "backward";
     case Phase::Comm: return "comm";
     case Phase::Optimizer: return "optimizer";
+    case Phase::Checkpoint: return "checkpoint";
     case Phase::kCount: break;
   }
   return "?";
@@ -38,8 +39,8 @@ void StepProfiler::begin(Phase p) {
   if (!use_markers_) {
     if (running_) add_host_time(now);
   } else {
-    if (running_ && current_ == Phase::Data) add_host_time(now);
-    if (p != Phase::Data) mark(p);
+    if (running_ && host_timed(current_)) add_host_time(now);
+    if (!host_timed(p)) mark(p);
   }
   current_ = p;
   started_ = now;
@@ -48,8 +49,8 @@ void StepProfiler::begin(Phase p) {
 
 void StepProfiler::end() {
   if (!running_) return;
-  if (!use_markers_ || current_ == Phase::Data) add_host_time(Clock::now());
-  if (use_markers_ && current_ != Phase::Data) mark(Phase::kCount);
+  if (!use_markers_ || host_timed(current_)) add_host_time(Clock::now());
+  if (use_markers_ && !host_timed(current_)) mark(Phase::kCount);
   running_ = false;
 }
 
@@ -79,7 +80,7 @@ void StepProfiler::flush() {
 }
 
 double StepProfiler::ms_per_step(Phase p) const {
-  const bool on_device = use_markers_ && p != Phase::Data;
+  const bool on_device = use_markers_ && !host_timed(p);
   const int64_t n = on_device ? device_steps_ : steps_;
   return n > 0 ? 1e3 * totals_[static_cast<size_t>(p)] / static_cast<double>(n) : 0.0;
 }
@@ -96,11 +97,12 @@ std::string StepProfiler::summary() const {
   std::string out;
   char buf[64];
   for (size_t i = 0; i < totals_.size(); ++i) {
+    if (static_cast<Phase>(i) == Phase::Checkpoint && totals_[i] == 0.0) continue;
     std::snprintf(buf, sizeof buf, "%s%s %.2f ms", i ? " | " : "", phase_name(static_cast<Phase>(i)),
                   ms_per_step(static_cast<Phase>(i)));
     out += buf;
   }
-  return out + (use_markers_ ? " per step (device time; data: host waiting for the loader)" : " per step");
+  return out + (use_markers_ ? " per step (device time; data and checkpoint: host time)" : " per step");
 }
 
 }  // namespace dp

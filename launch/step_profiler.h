@@ -1,13 +1,15 @@
 // Splits each training step's time into phases: waiting for data, forward, backward, exposed
-// communication and optimiser (what's left is "other": logging, metrics).
+// communication, optimiser, and writing checkpoints (amortised over the steps; what's left is
+// "other": logging, metrics).
 //
 // NOTE [ Step timing on a GPU ]
 // On the CPU every phase is host wall-clock. On a GPU the host only queues kernels, so host time
 // around a phase would measure queuing, not work: there the model phases are timed by markers
 // (CUDA events) recorded on the device's stream at each phase boundary, and read one step late —
 // at the end of step n the markers of step n−1 are read, by which time the device has usually
-// passed them, so reading costs no wait and adds no synchronisation inside a step. The data
-// phase stays host time (the host waiting for the loader is what stalls a GPU). flush() reads
+// passed them, so reading costs no wait and adds no synchronisation inside a step. The data and
+// checkpoint phases stay host time (the host waiting for the loader, or writing a checkpoint, is
+// what stalls a GPU). flush() reads
 // the last step's markers (waiting for the device) before a summary.
 #pragma once
 
@@ -23,8 +25,10 @@
 
 namespace dp {
 
-enum class Phase : uint8_t { Data, Forward, Backward, Comm, Optimizer, kCount };
+enum class Phase : uint8_t { Data, Forward, Backward, Comm, Optimizer, Checkpoint, kCount };
 const char* phase_name(Phase p);
+// Phases timed by the host's clock even on a GPU (NOTE [ Step timing on a GPU ]).
+inline bool host_timed(Phase p) { return p == Phase::Data || p == Phase::Checkpoint; }
 
 class StepProfiler {
  public:
@@ -47,7 +51,7 @@ class StepProfiler {
   double ms_per_step(Phase p) const;
   int64_t steps() const { return steps_; }
   void reset();
-  // "data 0.12 ms | forward 3.10 ms | ... per step".
+  // "data 0.12 ms | forward 3.10 ms | ... per step" (checkpoint only when some were written).
   std::string summary() const;
   // True when the model phases are timed on the device's clock.
   bool device_timed() const { return use_markers_; }

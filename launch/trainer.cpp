@@ -633,8 +633,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       if (report_now)
         report_progress(config, run, console, metrics, profiler, window, comm, epoch, step, step_in_epoch, stop,
                         skipped_at_last_report);
-      if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0)
+      if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0) {
+        const PhaseScope timed(profiler, Phase::Checkpoint);  // its cost shows in the step time
         checkpointer.save({step, epoch - 1, step_in_epoch});
+      }
       if ((stop_signal = stop_vote.after_step())) break;
       if (stop) break;
     }

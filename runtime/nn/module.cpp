@@ -1,5 +1,6 @@
 #include "runtime/nn/module.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -7,6 +8,14 @@
 #include "runtime/core/error.h"
 
 namespace dp::nn {
+
+namespace {
+// Whether two tensors of one shape hold the same values (compared as float64 on the host).
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  return a.to(kFloat64).to_vector<double>() == b.to(kFloat64).to_vector<double>();
+}
+}  // namespace
 
 void Module::check_new_name(const std::string& name, const char* what) const {
   DP_CHECK(!name.empty() && name.find('.') == std::string::npos, "register_", what, ": invalid name '", name,
@@ -69,19 +78,35 @@ Module::LoadReport Module::load_state_dict(const std::vector<NamedTensor>& state
     if (!given.emplace(name, &t).second) duplicated.push_back(name);
   std::vector<std::pair<Tensor, const Tensor*>> copies;
   std::set<std::string> known;
+  // NOTE [ Tied parameters ]: a tensor this model holds under several names needs one of them in
+  // the state (Hugging Face files keep one); when several are given they must be equal.
+  std::map<const TensorImpl*, std::string> first_name;  // of each tensor given in the state
+  std::map<const TensorImpl*, std::vector<std::string>> names_of;
+  for (const auto& [name, t] : mine) names_of[t.impl_ptr().get()].push_back(name);
   for (const auto& [name, t] : mine) {
     known.insert(name);
     auto it = given.find(name);
+    const TensorImpl* id = t.impl_ptr().get();
     if (it == given.end()) {
-      report.missing.push_back(name);
+      const auto& tied = names_of[id];
+      const bool given_elsewhere =
+          std::any_of(tied.begin(), tied.end(), [&](const std::string& other) { return given.count(other) > 0; });
+      if (!given_elsewhere) report.missing.push_back(name);
       continue;
     }
     const Tensor& value = *it->second;
-    if (!value.defined() || value.shape() != t.shape())
+    if (!value.defined() || value.shape() != t.shape()) {
       problems.push_back("'" + name + "' is " + (value.defined() ? value.str() : "undefined") + " in the state but " +
                          t.str() + " in the model");
-    else
+      continue;
+    }
+    auto [first, fresh] = first_name.emplace(id, name);
+    if (fresh) {
       copies.emplace_back(t, &value);
+    } else if (!same_values(value, *given.at(first->second))) {
+      problems.push_back("'" + name + "' and '" + first->second +
+                         "' are one tied tensor in the model but differ in the state");
+    }
   }
   for (const auto& [name, t] : state)
     if (!known.count(name)) report.unexpected.push_back(name);
@@ -106,16 +131,29 @@ Module::LoadReport Module::load_state_dict(const std::vector<NamedTensor>& state
   return report;
 }
 
+namespace {
+// NOTE [ Tied parameters ]: one tensor registered under several names (BERT's MLM decoder is the
+// word embedding) is one parameter: the first name in module order names it.
+std::vector<NamedTensor> without_repeats(std::vector<NamedTensor> named) {
+  std::set<const TensorImpl*> seen;
+  std::vector<NamedTensor> out;
+  out.reserve(named.size());
+  for (auto& entry : named)
+    if (seen.insert(entry.second.impl_ptr().get()).second) out.push_back(std::move(entry));
+  return out;
+}
+}  // namespace
+
 std::vector<NamedTensor> Module::named_parameters() const {
   std::vector<NamedTensor> out;
   collect("", /*parameters=*/true, out);
-  return out;
+  return without_repeats(std::move(out));
 }
 
 std::vector<NamedTensor> Module::named_buffers() const {
   std::vector<NamedTensor> out;
   collect("", /*parameters=*/false, out);
-  return out;
+  return without_repeats(std::move(out));
 }
 
 namespace {

@@ -45,6 +45,9 @@ class Module {
   }
 
   // ---- Traversal (see NOTE [ Module names ]) ----
+  // A tensor registered under several names (tied weights) is listed once, under the first name,
+  // as torch's named_parameters() does; state_dict() lists it under every name (NOTE [ Tied
+  // parameters ] in module.cpp).
   std::vector<NamedTensor> named_parameters() const;
   std::vector<Tensor> parameters() const;
   std::vector<NamedTensor> named_buffers() const;
@@ -67,7 +70,8 @@ class Module {
   // Copies each entry of `state` into the tensor of that name, in place (under NoGradGuard),
   // converting the dtype as torch's copy_ does. A shape that differs is always an error; with
   // `strict` a missing or unexpected name is one too. Every problem is listed in one dp::Error
-  // and nothing is changed then; without `strict` the names left out are returned.
+  // and nothing is changed then; without `strict` the names left out are returned. A tied
+  // tensor needs only one of its names in `state`; several must hold equal values.
   LoadReport load_state_dict(const std::vector<NamedTensor>& state, bool strict = true);
 
   // ---- Mode ----

@@ -29,9 +29,27 @@ TEST(StepProfiler, HostPhasesAverageOverSteps) {
   EXPECT_GE(profiler.ms_per_step(Phase::Forward), 4.0);
   EXPECT_EQ(profiler.ms_per_step(Phase::Backward), 0.0);
   EXPECT_NE(profiler.summary().find("forward"), std::string::npos);
+  EXPECT_EQ(profiler.summary().find("checkpoint"), std::string::npos) << "no checkpoint written, none shown";
   profiler.reset();
   EXPECT_EQ(profiler.steps(), 0);
   EXPECT_EQ(profiler.ms_per_step(Phase::Forward), 0.0);
+}
+
+// A checkpoint written after one step of four: its time amortised over the four, and shown.
+TEST(StepProfiler, CheckpointTimeIsAmortisedOverTheSteps) {
+  Runtime runtime;
+  StepProfiler profiler(&runtime.cpu().backend());
+  for (int step = 0; step < 4; ++step) {
+    profiler.begin(Phase::Forward);
+    profiler.end();
+    profiler.step_done();
+    if (step == 1) {
+      const PhaseScope timed(profiler, Phase::Checkpoint);
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  EXPECT_GE(profiler.ms_per_step(Phase::Checkpoint), 5.0);
+  EXPECT_NE(profiler.summary().find("checkpoint"), std::string::npos) << profiler.summary();
 }
 
 TEST(StepProfiler, GpuPhasesAreReadOneStepLate) {
@@ -45,10 +63,13 @@ TEST(StepProfiler, GpuPhasesAreReadOneStepLate) {
     profiler.begin(Phase::Optimizer);
     profiler.end();
     profiler.step_done();
+    const PhaseScope timed(profiler, Phase::Checkpoint);  // host time, as on the CPU
+    std::this_thread::sleep_for(3ms);
   }
   EXPECT_EQ(profiler.steps(), 3);
   profiler.flush();
   EXPECT_GE(profiler.ms_per_step(Phase::Forward), 0.0);
+  EXPECT_GE(profiler.ms_per_step(Phase::Checkpoint), 3.0);
   EXPECT_NE(profiler.summary().find("device time"), std::string::npos);
 }
 

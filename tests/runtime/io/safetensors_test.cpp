@@ -427,6 +427,7 @@ TEST(SafetensorsFixtures, EveryFixtureReadsAndIsComplete) {
       "image_transforms",   // make_image_fixtures.py: PIL/torchvision pixels and JPEG files
       "resnet50_forward",   // make_resnet_fixtures.py: an input and torchvision's logits
       "resnet18_forward",   // the same for ResNet-18
+      "bert_tiny",          // make_bert_fixtures.py: Hugging Face-named weights, logits and gradients
   };
   int ops = 0;
   uintmax_t total = 0;
@@ -443,7 +444,7 @@ TEST(SafetensorsFixtures, EveryFixtureReadsAndIsComplete) {
     ++ops;
   }
   EXPECT_GE(ops, 23);
-  EXPECT_LT(total, 512u * 1024u) << "fixtures should stay small";
+  EXPECT_LT(total, 768u * 1024u) << "fixtures should stay small";  // 633 KiB with BERT's 216
 }
 #endif
 

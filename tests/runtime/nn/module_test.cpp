@@ -66,6 +66,46 @@ TEST_F(ModuleTest, ParametersAreTheLayersOwnLeavesRequiringGrad) {
   EXPECT_EQ(block.buffers()[0].dtype(), kInt64);
 }
 
+// A module holding only what is registered on it.
+class Holder : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+// A decoder that is the embedding (BERT's MLM head): one parameter, two state names.
+class Tied : public Module {
+ public:
+  Tied(Device device, Generator& gen) {
+    embed = register_module("embed", std::make_shared<Linear>(3, 4, device, gen, /*with_bias=*/false));
+    decoder = register_module("decoder", std::make_shared<Holder>());
+  }
+  Tensor forward(const Tensor& x) override { return x; }
+  std::shared_ptr<Linear> embed;
+  std::shared_ptr<Holder> decoder;
+};
+
+TEST_F(ModuleTest, ATiedTensorIsOneParameterWithTwoStateNames) {
+  Tied tied(cpu, gen);
+  tied.decoder->register_parameter("weight", tied.embed->weight);
+  EXPECT_EQ(names_of(tied.named_parameters()), (std::vector<std::string>{"embed.weight"}));  // once, as torch
+  EXPECT_EQ(names_of(tied.state_dict()), (std::vector<std::string>{"embed.weight", "decoder.weight"}));
+  // Either name alone loads it (Hugging Face files keep one); both must agree.
+  const Tensor value = full({4, 3}, 0.5, kFloat32, cpu);
+  EXPECT_TRUE(tied.load_state_dict({{"decoder.weight", value}}).missing.empty());
+  EXPECT_EQ(tied.embed->weight.to_vector<float>(), value.to_vector<float>());
+  EXPECT_NO_THROW(tied.load_state_dict({{"embed.weight", value}, {"decoder.weight", value}}));
+  try {
+    tied.load_state_dict({{"embed.weight", value}, {"decoder.weight", full({4, 3}, 0.25, kFloat32, cpu)}});
+    FAIL() << "tied names with different values were loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'decoder.weight' and 'embed.weight' are one tied tensor in the model but "
+                                         "differ in the state"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(tied.load_state_dict({}), Error);  // neither name: missing
+}
+
 TEST_F(ModuleTest, RegistrationRejectsBadNames) {
   Block block(cpu, gen);
   Tensor t = zeros({2}, kFloat32, cpu);
