@@ -9,6 +9,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   # ocl-icd-opencl-dev: only Recommended by libdnnl-dev, but its CMake config requires OpenCL
   libeigen3-dev libyaml-cpp-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev zlib1g-dev libturbojpeg0-dev nlohmann-json3-dev libcli11-dev
+  libutf8proc-dev  # Unicode for the WordPiece tokenizer
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin slurm-wlm munge
   clang libclang-rt-14-dev  # the libFuzzer targets of tests/fuzz (a standing check, not the build)
