@@ -4,7 +4,10 @@
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
+#include "runtime/tensor/generator.h"
 #include "runtime/tensor/tensor.h"
+
+#include <cmath>
 
 namespace dp {
 namespace {
@@ -96,6 +99,34 @@ TEST_F(TensorTest, RandomIsSeededAndDeviceIndependentOfThreads) {
   Tensor n = randn({200000}, g1, kFloat64, cpu, 1.0, 2.0);
   EXPECT_NEAR(mean(n).item<double>(), 1.0, 0.02);
   EXPECT_NEAR(mean(square(add(n, -1.0))).item<double>(), 4.0, 0.05);
+}
+
+// Element i is made from Philox counter offset + i (the CUDA kernel's rule): the CPU kernel's
+// vectorised lanes, split over threads, give what one generate() call per element gives. Sizes
+// cross the 16-counter lanes and the thread split unevenly; the offset crosses 2^32.
+TEST_F(TensorTest, RandomElementIIsPhiloxCounterOffsetPlusI) {
+  const uint64_t seed = 0x1234567890abcdefULL, offset = (uint64_t{1} << 32) - 37;
+  for (int64_t n : {int64_t{5}, int64_t{70001}}) {
+    Tensor u = empty({n}, kFloat32, cpu), m = empty({n}, kFloat32, cpu), d = empty({n}, kFloat64, cpu);
+    Tensor g = empty({n}, kFloat64, cpu);
+    backend.random(u, RandomDist::Uniform, -1.0, 2.0, seed, offset);
+    backend.random(m, RandomDist::Bernoulli, 0.9, 0.0, seed, offset);
+    backend.random(d, RandomDist::Uniform, 0.0, 1.0, seed, offset);
+    backend.random(g, RandomDist::Normal, 1.0, 2.0, seed, offset);
+    const std::vector<float> uv = u.to_vector<float>(), mv = m.to_vector<float>();
+    const std::vector<double> dv = d.to_vector<double>(), gv = g.to_vector<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t r[4];
+      Philox4x32::generate(seed, offset + static_cast<uint64_t>(i), r);
+      const double u24 = static_cast<double>(r[0] >> 8) * 0x1.0p-24;
+      const double u53 = static_cast<double>((static_cast<uint64_t>(r[0]) << 21) ^ (r[1] >> 11)) * 0x1.0p-53;
+      const double u1 = (static_cast<double>(r[2]) + 1.0) * 0x1.0p-32, u2 = static_cast<double>(r[3]) * 0x1.0p-32;
+      ASSERT_EQ(uv[i], static_cast<float>(std::fma(3.0, u24, -1.0))) << i;
+      ASSERT_EQ(mv[i], u24 < 0.9 ? 1.0f : 0.0f) << i;
+      ASSERT_EQ(dv[i], u53) << i;
+      ASSERT_EQ(gv[i], std::fma(2.0 * std::sqrt(-2.0 * std::log(u1)), std::cos(6.283185307179586 * u2), 1.0)) << i;
+    }
+  }
 }
 
 TEST_F(TensorTest, CopyAndFillInPlaceWithBroadcast) {
