@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin slurm-wlm munge
   clang libclang-rt-14-dev  # the libFuzzer targets of tests/fuzz (a standing check, not the build)
   dataset-fashion-mnist
+  fortunes  # the built-in English text corpus for BERT's demo (runtime/text/corpus.h)
 )
 missing=()
 for p in "${packages[@]}"; do
