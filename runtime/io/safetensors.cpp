@@ -1,4 +1,5 @@
 #include "runtime/io/safetensors.h"
+#include "runtime/io/posix_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -44,50 +45,8 @@ std::string known_dtypes() {
   return s;
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // Closes now so that a failing close (delayed write error) is reported, not swallowed.
-  int close() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads up to n bytes at offset; returns fewer only at end of file.
-size_t pread_full(int fd, void* buf, size_t n, uint64_t offset, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    DP_CHECK(r >= 0, "read_safetensors: reading '", path, "' failed: ", errno_text());
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  return done;
-}
-
-void write_full(int fd, const void* buf, size_t n, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::write(fd, static_cast<const char*>(buf) + done, n - done);
-    if (r < 0 && errno == EINTR) continue;
-    DP_CHECK(r > 0, "write_safetensors: writing '", path, "' failed: ", errno_text());
-    done += static_cast<size_t>(r);
-  }
-}
+using io::errno_text;
+using Fd = io::FileDescriptor;
 
 // Entry bytes implied by dtype and shape, with overflow checked; `what` prefixes errors.
 uint64_t expected_bytes(const std::string& dtype, const std::vector<int64_t>& shape, const std::string& what) {
@@ -290,7 +249,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   // Read piece by piece (header, then each tensor) rather than whole: a checkpoint is not held
   // twice in memory.
   return parse_file(static_cast<uint64_t>(st.st_size),
-                    [&](uint64_t offset, void* dst, size_t n) { return pread_full(fd.get(), dst, n, offset, path); },
+                    [&](uint64_t offset, void* dst, size_t n) { return io::pread_full(fd.get(), dst, n, offset, path, "read_safetensors"); },
                     path);
 }
 
@@ -345,9 +304,9 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   DP_CHECK(fd.get() >= 0, "write_safetensors: cannot create '", tmp, "' (for '", path, "'): ", errno_text());
   try {
-    write_full(fd.get(), len_bytes, 8, tmp);
-    write_full(fd.get(), header_text.data(), header_text.size(), tmp);
-    for (const auto& [name, e] : file.tensors) write_full(fd.get(), e.data.data(), e.data.size(), tmp);
+    io::write_full(fd.get(), len_bytes, 8, tmp, "write_safetensors");
+    io::write_full(fd.get(), header_text.data(), header_text.size(), tmp, "write_safetensors");
+    for (const auto& [name, e] : file.tensors) io::write_full(fd.get(), e.data.data(), e.data.size(), tmp, "write_safetensors");
     // Data must be on disk before the rename makes it visible, or a crash could expose a
     // renamed but empty file.
     DP_CHECK(::fsync(fd.get()) == 0, "write_safetensors: fsync of '", tmp, "' failed: ", errno_text());

@@ -1,5 +1,7 @@
 #include "runtime/text/text_shards.h"
 
+#include "runtime/io/posix_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -30,44 +32,14 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using dp::detail::concat;
 
-std::string errno_text() { return std::strerror(errno); }
+using io::errno_text;
+using Fd = io::FileDescriptor;
 
 std::string join(const std::string& dir, std::string_view file) { return (fs::path(dir) / file).string(); }
 
 const std::string kRemake = "run dptrain prepare-text again to remake it";
 
 // ---- Writing -----------------------------------------------------------------------------------
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // Closes now, so a delayed write error is reported rather than swallowed.
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-void write_full(int fd, const void* buf, size_t n, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::write(fd, static_cast<const char*>(buf) + done, n - done);
-    if (r < 0 && errno == EINTR) continue;
-    DP_CHECK(r > 0, "text shard: writing '", path, "' failed: ", r < 0 ? errno_text() : "no progress",
-             " (is the disk full?)");
-    done += static_cast<size_t>(r);
-  }
-}
 
 // A new file (never an existing one) written in pieces, fsynced and closed by finish().
 class NewFile {
@@ -77,7 +49,7 @@ class NewFile {
     DP_CHECK(fd_.get() >= 0, "text shard: cannot create '", path_, "': ", errno_text());
   }
   void write(const void* data, size_t n) {
-    write_full(fd_.get(), data, n, path_);
+    io::write_full(fd_.get(), data, n, path_, "text shard");
     bytes_ += n;
   }
   uint64_t finish() {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "common/expect_error.h"
 #include "runtime/core/hash.h"
 
@@ -59,21 +60,10 @@ Docs counting_documents(int documents, int max_sentences, int max_sentence, int&
 
 class Corpus : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("dptrain-corpus-" + std::to_string(::getpid()) + "-" + test->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& bytes) { return scratch_.write(name, bytes); }
 
-  std::string write(const std::string& name, const std::string& bytes) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path.string();
-  }
-
-  fs::path dir_;
+  dp::testing::ScratchDir scratch_{"dptrain_corpus"};
+  const fs::path& dir_ = scratch_.path();
 };
 
 // ---- Formats -----------------------------------------------------------------------------------

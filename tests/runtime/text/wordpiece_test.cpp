@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "common/expect_error.h"
 
 namespace dp::text {
@@ -33,23 +34,12 @@ std::vector<std::string> test_tokens() {
 
 Tokenizer uncased_tokenizer(TokenizerOptions options = {}) { return Tokenizer(Vocabulary(test_tokens()), options); }
 
-// A temporary directory per test, removed afterwards.
 class VocabularyFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("dptrain-wordpiece-" + std::to_string(::getpid()) + "-" + test->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& bytes) { return scratch_.write(name, bytes); }
 
-  std::string write(const std::string& name, const std::string& bytes) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path.string();
-  }
-
-  fs::path dir_;
+  dp::testing::ScratchDir scratch_{"dptrain_wordpiece"};
+  const fs::path& dir_ = scratch_.path();
 };
 
 // ---- Vocabulary -------------------------------------------------------------------------------
