@@ -31,14 +31,38 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
       ->required()
       ->check(CLI::IsMember({"resnet", "bert"}));
   check_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
+  PrepareTextArgs prep;
+  CLI::App* prep_app = app.add_subcommand(
+      "prepare-text", "Turn text files into token shards for BERT (default: Debian's fortunes, the built-in corpus)");
+  prep_app->add_option("files", prep.inputs, "Text files (default: every file of /usr/share/games/fortunes)");
+  prep_app->add_option("--out", prep.out, "The shard folder to create (never overwritten)")->required();
+  prep_app->add_option("--format", prep.format, "plain (a sentence a line, blank lines between documents) or fortune "
+                                                "(documents between % lines); default: fortune for the built-in corpus, else plain")
+      ->check(CLI::IsMember({"plain", "fortune"}));
+  prep_app->add_option("--vocab", prep.vocab, "BERT's vocab.txt; default: build one from the corpus (<out>/vocab.txt)");
+  prep_app->add_option("--vocab-words", prep.vocab_words, "Words in a built vocabulary, besides specials and characters")
+      ->check(CLI::PositiveNumber);
+  prep_app->add_flag("!--cased", prep.lower_case, "Keep case and accents (a cased vocab.txt)");
+  prep_app->add_option("--max-seq-length", prep.max_seq_length, "Tokens per sequence, [CLS] and [SEP]s included")
+      ->check(CLI::Range(5, 1 << 20));
+  prep_app->add_option("--short-seq-prob", prep.short_seq_prob, "Chance of a shorter random target length (Google's 0.1)")
+      ->check(CLI::Range(0.0, 1.0));
+  prep_app->add_option("--dupe-factor", prep.dupe_factor, "Passes over the corpus, each cut differently")
+      ->check(CLI::PositiveNumber);
+  prep_app->add_option("--seed", prep.seed, "Seed of the sequence cutting");
+  prep_app->add_option("--sequences-per-shard", prep.sequences_per_shard, "Sequences per shard folder")
+      ->check(CLI::PositiveNumber);
+  prep_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
   try {
     app.parse(argc, argv);
-    if (!check_app->parsed() && args.config_path.empty()) throw CLI::RequiredError(config->get_name());
+    if (!check_app->parsed() && !prep_app->parsed() && args.config_path.empty())
+      throw CLI::RequiredError(config->get_name());
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help/version (exit 0) or the error with a usage hint (non-zero)
     return code != 0 && check_app->parsed() ? 2 : code;
   }
   if (check_app->parsed()) args.check_mllog = check;
+  if (prep_app->parsed()) args.prepare_text = prep;
   if (!resume.empty()) args.overrides.push_back("run.resume=" + resume);
   return args;
 }

@@ -6,6 +6,8 @@
 #include <variant>
 #include <vector>
 
+#include "launch/prepare_text.h"
+
 namespace dp {
 
 // `dptrain check-mllog FILE --benchmark resnet|bert`: checks an MLLOG file against the MLPerf
@@ -20,11 +22,13 @@ struct CliArgs {
   std::vector<std::string> overrides;  // "section.key=value"; --resume X adds run.resume=X last
   bool print_config = false;           // print the resolved config and exit
   std::optional<CheckMllogArgs> check_mllog;  // set: run the check instead of training
+  std::optional<PrepareTextArgs> prepare_text;  // set: make text shards instead of training
 };
 
 // Parses argv. Returns the arguments, or the exit code when the program should stop now
 // (--help/--version: 0, after printing; a usage error: non-zero, after printing the message; a
 // usage error of check-mllog: 2, its documented status).
+// `dptrain prepare-text [FILE ...] --out DIR [--vocab vocab.txt] ...`: launch/prepare_text.h.
 std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv);
 
 }  // namespace dp

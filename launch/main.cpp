@@ -2,6 +2,7 @@
 //   dptrain --config configs/fashion_mnist.yaml [--set section.key=value ...] [--print-config]
 //   mpirun -np 4 dptrain --config ...      srun -n 4 dptrain --config ...   (Slurm with PMIx)
 //   dptrain check-mllog FILE --benchmark resnet|bert     (MLPerf log compliance, docs/mllog.md)
+//   dptrain prepare-text [FILE ...] --out DIR [--vocab vocab.txt]   (BERT's token shards)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   // A file check: no config, no MPI.
   if (const auto& check = args.check_mllog)
     return dp::run_check_mllog(check->path, dp::parse_mllog_benchmark(check->benchmark), stdout, stderr);
+  if (const auto& prepare = args.prepare_text) return dp::run_prepare_text(*prepare, stdout, stderr);
   int rank = 0, world_size = 1;
   // Outside the try: on an error the catch must run before the group's destructor, which would
   // wait for collectives the other ranks may never join.

@@ -31,7 +31,7 @@ std::string read_whole_file(const std::string& path) {
     }
   } file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   DP_CHECK(file.fd >= 0, "cannot open corpus file '", path, "': ", std::strerror(errno),
-           " (check data.corpus: the path, and that it is readable)");
+           " (check the path, and that it is readable)");
   struct stat st{};
   DP_CHECK(::fstat(file.fd, &st) == 0, "cannot stat corpus file '", path, "': ", std::strerror(errno));
   DP_CHECK(!S_ISDIR(st.st_mode), "corpus file '", path,
@@ -248,8 +248,8 @@ void append_corpus(TokenizedCorpus& out, TokenizedCorpus&& part) {
 void check_not_empty(const TokenizedCorpus& corpus, const std::string& files, size_t file_count) {
   DP_CHECK(!corpus.document_ends.empty(), "corpus ", files, ": no text to train on (", file_count,
            file_count == 1 ? " file" : " files",
-           " read, no line gives a token: check that data.corpus names the right files and that "
-           "data.corpus_format fits them)");
+           " read, no line gives a token: check that these are the right files and that their format, plain or "
+           "fortune, is the one given)");
 }
 
 }  // namespace
@@ -315,7 +315,7 @@ std::vector<Document> read_documents(const std::string& path, CorpusFormat forma
 
 TokenizedCorpus tokenize_files(const std::vector<std::string>& paths, CorpusFormat format, const Tokenizer& tokenizer,
                                const TokenizeOptions& options) {
-  DP_CHECK(!paths.empty(), "corpus: no files named; set data.corpus to the text files to train on");
+  DP_CHECK(!paths.empty(), "corpus: no files named: name the text files to read");
   DP_CHECK(options.threads >= 0, "tokenize_files: threads must be >= 0 (0: one per core), got ", options.threads);
   size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads)
                                        : std::max<size_t>(1, std::thread::hardware_concurrency());

@@ -143,7 +143,7 @@ TEST_F(Corpus, MissingFileIsNamed) {
   const std::string path = (dir_ / "missing.txt").string();
   EXPECT_EQ(error_of([&] { read_documents(path, CorpusFormat::kPlain); }),
             "cannot open corpus file '" + path +
-                "': No such file or directory (check data.corpus: the path, and that it is readable)");
+                "': No such file or directory (check the path, and that it is readable)");
   EXPECT_ERROR_CONTAINS(tokenize_files({path}, CorpusFormat::kPlain, counting_tokenizer()),
                         "cannot open corpus file '" + path + "'");
   EXPECT_ERROR_CONTAINS(read_documents(dir_.string(), CorpusFormat::kPlain), "is a directory");
@@ -179,8 +179,8 @@ TEST_F(Corpus, EmptyCorpusIsRefused) {
   const std::string b = write("b.txt", "%\n%\n\x01\x02\n%\n");  // control characters tokenize to nothing
   EXPECT_EQ(error_of([&] { tokenize_files({a, b}, CorpusFormat::kFortune, counting_tokenizer()); }),
             "corpus " + a + ", " + b +
-                ": no text to train on (2 files read, no line gives a token: check that data.corpus names the right "
-                "files and that data.corpus_format fits them)");
+                ": no text to train on (2 files read, no line gives a token: check that these are the right files and "
+                "that their format, plain or fortune, is the one given)");
   EXPECT_ERROR_CONTAINS(tokenize_files({}, CorpusFormat::kPlain, counting_tokenizer()), "no files named");
   EXPECT_ERROR_CONTAINS(tokenize_documents({{{"\x01"}}}, counting_tokenizer()),
                         "corpus (in memory): no text to train on");

@@ -24,6 +24,7 @@
 
 #include "common/expect_error.h"
 #include "runtime/core/hash.h"
+#include "runtime/text/vocab_builder.h"
 
 namespace dp::text {
 namespace {
@@ -397,47 +398,6 @@ TEST_F(TextShards, DatasetProblemsAreRefused) {
 
 // ---- The Fortune corpus end to end -------------------------------------------------------------
 
-// A WordPiece vocabulary from the corpus itself: the specials, every character seen (alone and as
-// a "##" continuation, so every word can be spelled and [UNK] is rare), then the `words` most
-// frequent basic tokens (ties by text).
-Vocabulary vocabulary_from(const std::vector<std::string>& files, size_t words) {
-  const BasicTokenizer basic;
-  std::unordered_map<std::string, size_t> counts;
-  std::set<std::string> chars;
-  BasicTokens tokens;
-  for (const std::string& path : files) {
-    for (const Document& d : read_documents(path, CorpusFormat::kFortune)) {
-      for (const std::string& s : d.sentences) {
-        basic.split(s, tokens);
-        for (size_t i = 0; i < tokens.size(); ++i) {
-          const std::string_view t = tokens[i];
-          ++counts[std::string(t)];
-          for (size_t k = 0; k < t.size();) {
-            const auto lead = static_cast<unsigned char>(t[k]);
-            const size_t n = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-            chars.insert(std::string(t.substr(k, n)));
-            k += n;
-          }
-        }
-      }
-    }
-  }
-  std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
-  std::set<std::string> have(vocab.begin(), vocab.end());
-  auto add = [&](const std::string& t) {
-    if (have.insert(t).second) vocab.push_back(t);
-  };
-  for (const std::string& c : chars) add(c);
-  for (const std::string& c : chars) add("##" + c);
-  std::vector<std::pair<size_t, std::string>> by_count;
-  for (const auto& [word, n] : counts) by_count.emplace_back(n, word);
-  std::sort(by_count.begin(), by_count.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
-  for (size_t i = 0; i < by_count.size() && i < words; ++i) add(by_count[i].second);
-  return Vocabulary(std::move(vocab));
-}
-
 TEST_F(TextShards, FortuneCorpusEndToEnd) {
   if (!fs::is_directory(std::string(kFortuneDirectory))) {
     GTEST_SKIP() << kFortuneDirectory << " is absent (apt-get install -y fortunes provides it)";
@@ -447,7 +407,7 @@ TEST_F(TextShards, FortuneCorpusEndToEnd) {
   const std::vector<std::string> files = fortune_files();
   uint64_t bytes = 0;
   for (const std::string& f : files) bytes += fs::file_size(f);
-  const auto vocab = std::make_shared<Vocabulary>(vocabulary_from(files, 8000));
+  const auto vocab = std::make_shared<Vocabulary>(build_vocabulary(files, CorpusFormat::kFortune, 8000));
   const Tokenizer tokenizer(vocab);
 
   const auto t0 = Clock::now();
