@@ -52,6 +52,9 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
   prep_app->add_option("--seed", prep.seed, "Seed of the sequence cutting");
   prep_app->add_option("--sequences-per-shard", prep.sequences_per_shard, "Sequences per shard folder")
       ->check(CLI::PositiveNumber);
+  prep_app->add_option("--eval-fraction", prep.eval_fraction,
+                       "Share of the documents held out for evaluation, written to <out>/eval (0: none)")
+      ->check(CLI::Range(0.0, 0.5));
   prep_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
   try {
     app.parse(argc, argv);

@@ -256,6 +256,9 @@ struct Section {
 
 constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "bf16", "fp16"};
 constexpr std::array<std::string_view, 4> kShampooGraftings = {"none", "sgd", "adagrad", "adam"};
+constexpr std::array<std::string_view, 2> kBatchings = {"fixed", "max_tokens"};
+constexpr std::array<std::string_view, 2> kBalances = {"none", "sort_and_deal"};
+constexpr std::array<std::string_view, 2> kPackings = {"none", "greedy"};
 constexpr std::array<std::string_view, 5> kSchedules = {"constant", "step", "cosine", "poly", "linear"};
 
 Section<RunConfig> run_section() {
@@ -334,7 +337,17 @@ Section<DataConfig> data_section() {
            field("jpeg_dct_scaling", &DataConfig::jpeg_dct_scaling, boolean()),
            field("skip_bad_files", &DataConfig::skip_bad_files, boolean()),
            field("synthetic_train_size", &DataConfig::synthetic_train_size, integer_in(1, limits::kMaxSamples)),
-           field("synthetic_eval_size", &DataConfig::synthetic_eval_size, integer_in(1, limits::kMaxSamples))},
+           field("synthetic_eval_size", &DataConfig::synthetic_eval_size, integer_in(1, limits::kMaxSamples)),
+           field("vocab", &DataConfig::vocab, text()), field("eval_root", &DataConfig::eval_root, text()),
+           field("batching", &DataConfig::batching, one_of(kBatchings)),
+           field("max_tokens", &DataConfig::max_tokens, integer_in(0, limits::kMaxTokens)),
+           field("balance", &DataConfig::balance, one_of(kBalances)),
+           field("packing", &DataConfig::packing, one_of(kPackings)),
+           field("max_seq_length", &DataConfig::max_seq_length, integer_in(0, limits::kMaxSeqLength)),
+           field("size_multiple", &DataConfig::size_multiple, integer_in(1, limits::kMaxBatch)),
+           field("pad_to_multiple", &DataConfig::pad_to_multiple, integer_in(1, limits::kMaxSeqLength)),
+           field("mask_prob", &DataConfig::mask_prob, number_in(0.0, true, 1.0, "a number in (0, 1]", true)),
+           field("max_predictions", &DataConfig::max_predictions, integer_in(0, limits::kMaxSeqLength))},
           [](DataConfig& d, const Context& c) {
             const bool grey = d.dataset == "fashion_mnist";
             // The dataset's own normalisation for what the recipe left unset.
@@ -346,6 +359,13 @@ Section<DataConfig> data_section() {
                 fail({c.where, std::string("data.") + key}, "fashion_mnist has one (grey) channel: expected one "
                                                              "number, got " + std::to_string(v.size()));
             }
+            const bool text = d.dataset == "text";
+            if (!text && (d.batching != "fixed" || d.packing != "none"))
+              fail({c.where, d.batching != "fixed" ? "data.batching" : "data.packing"},
+                   "token batching and packing are for data.dataset: text; " + d.dataset + " batches images (data.batch_size)");
+            if (text && d.batching == "max_tokens" && d.max_tokens == 0)
+              fail({c.where, "data.max_tokens"}, "data.batching max_tokens needs data.max_tokens, the padded tokens per "
+                                                 "rank batch (e.g. 8192)");
             if (d.eval_resize_size < d.eval_image_size)
               fail({c.where, "data.eval_resize_size"}, "the eval image is cut from the resized one: expected at least "
                                                       "data.eval_image_size (" + std::to_string(d.eval_image_size) +
@@ -355,7 +375,7 @@ Section<DataConfig> data_section() {
 
 Section<ModelConfig> model_section() {
   return {"model", &Config::model,
-          {field("name", &ModelConfig::name, one_of(kModelNames)),
+          {field("name", &ModelConfig::name, one_of(kModelNames)), field("size", &ModelConfig::size, text()),
            field("num_classes", &ModelConfig::num_classes, integer_in(1, limits::kMaxClasses)),
            field("mlp_hidden", &ModelConfig::mlp_hidden, list_of(integer_in(1, limits::kMaxWidth), false, limits::kMaxLayers)),
            field("dropout", &ModelConfig::dropout, fraction()),

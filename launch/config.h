@@ -40,6 +40,8 @@ inline constexpr int kMaxDeviceIndex = 1023;
 inline constexpr int64_t kMaxSkippedSteps = 1'000'000;
 inline constexpr int64_t kMaxImageSize = 8192;              // one side, in pixels
 inline constexpr int64_t kMaxSamples = 1'000'000'000;       // synthetic dataset sizes
+inline constexpr int64_t kMaxSeqLength = 65'536;            // tokens in one sequence
+inline constexpr int64_t kMaxTokens = 1'073'741'824;        // 2^30 padded tokens per rank batch
 }  // namespace limits
 
 struct RunConfig {
@@ -90,8 +92,9 @@ struct RunConfig {
 };
 
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // fashion_mnist | image_folder | synthetic
-  // fashion_mnist: the IDX files; image_folder: holds train/ and val/, one folder per class.
+  std::string dataset = "fashion_mnist";  // fashion_mnist | image_folder | synthetic | text
+  // fashion_mnist: the IDX files; image_folder: holds train/ and val/, one folder per class;
+  // text: the token shards of `dptrain prepare-text` (its --out).
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
@@ -115,13 +118,26 @@ struct DataConfig {
   bool skip_bad_files = false;         // unreadable images: skipped and counted instead of an error
   int64_t synthetic_train_size = 10000;  // synthetic: samples per split
   int64_t synthetic_eval_size = 1000;
+  // text (BERT pretraining; NOTE [ Token batching ] in runtime/data/token_batching.h):
+  std::string vocab;                   // vocab.txt the shards were made with; empty: root/vocab.txt
+  std::string eval_root;               // the evaluation shards; empty: root/eval
+  std::string batching = "fixed";      // fixed (batch_size rows per global step) | max_tokens
+  int64_t max_tokens = 0;              // max_tokens: padded tokens per rank batch
+  std::string balance = "sort_and_deal";  // none | sort_and_deal: equal work per rank in every step
+  std::string packing = "none";        // none | greedy: several sequences per row
+  int64_t max_seq_length = 0;          // longest sequence, the packed row length; 0: the shards'
+  int64_t size_multiple = 8;           // max_tokens batch sizes a multiple of this
+  int64_t pad_to_multiple = 8;         // padded lengths a multiple of this
+  double mask_prob = 0.15;             // masked LM: share of the tokens predicted
+  int64_t max_predictions = 0;         // per sequence; 0: ceil(mask_prob x max_seq_length)
 };
 
 struct ModelConfig {
   std::string name = "small_cnn";      // one of kModelNames (models/model_names.h)
+  std::string size = "tiny";           // bert: one of BertConfig::preset_names()
   int64_t num_classes = 10;
   std::vector<int64_t> mlp_hidden = {1024, 1024};
-  double dropout = 0.0;
+  double dropout = 0.0;                // mlp; bert: hidden and attention-probability dropout
   bool zero_init_residual = false;     // resnet*: last BN of each residual branch starts at weight 0
   // A safetensors file of weights with torch's names (torchvision, Hugging Face, dptrain's own)
   // loaded over the initialisation, strictly; empty: none.

@@ -11,9 +11,9 @@ bool Console::is_terminal(std::FILE* out) { return isatty(fileno(out)) == 1; }
 void Console::step(const StepStatus& s) {
   if (!out_) return;
   char text[256];
-  std::snprintf(text, sizeof text, "epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s", static_cast<long long>(s.epoch),
+  std::snprintf(text, sizeof text, "epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.4g  %.0f %s/s", static_cast<long long>(s.epoch),
                 static_cast<long long>(s.epochs), static_cast<long long>(s.step), static_cast<long long>(s.steps), s.loss, s.lr,
-                s.samples_per_second);
+                s.samples_per_second, s.sample_unit);
   if (tty_) {
     const int width = 24;
     const int filled = s.steps > 0 ? static_cast<int>(width * s.step / s.steps) : width;

@@ -14,6 +14,7 @@ struct StepStatus {
   int64_t step = 0, steps = 0;    // 1-based step within the epoch
   double loss = 0;                // mean over the steps since the last report
   double samples_per_second = 0;
+  const char* sample_unit = "samples";  // "sequences" for text
   double lr = 0;
 };
 

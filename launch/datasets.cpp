@@ -47,15 +47,58 @@ TrainAndEvalData make_datasets(const Config& config) {
                                                    image_transform(config, true));
     data.eval = std::make_unique<SyntheticImages>(d.synthetic_eval_size, config.model.num_classes,
                                                   image_transform(config, false));
+  } else if (d.dataset == "text") {
+    namespace fs = std::filesystem;
+    const std::string vocab_path = d.vocab.empty() ? (fs::path(d.root) / "vocab.txt").string() : d.vocab;
+    DP_CHECK(fs::is_regular_file(vocab_path), d.vocab.empty() ? "data.vocab is unset and " : "data.vocab: ", "'",
+             vocab_path, "' is not a file: set data.vocab to the vocab.txt the shards in '", d.root, "' were made with");
+    std::shared_ptr<const text::Vocabulary> vocab;
+    try {
+      vocab = std::make_shared<const text::Vocabulary>(text::Vocabulary::load(vocab_path));
+    } catch (const Error& e) {
+      throw Error(detail::concat("data.vocab: ", e.what()));
+    }
+    const std::string eval_root = d.eval_root.empty() ? (fs::path(d.root) / "eval").string() : d.eval_root;
+    // The masking options need the shards' length: open the training shards first.
+    auto open = [&](const std::string& path, bool training, const char* key) {
+      try {
+        text::TextDataset shards = text::TextDataset::open(path, *vocab);
+        const int length = shards.max_seq_length();
+        return std::make_unique<text::MlmDataset>(std::move(shards), vocab, mlm_masking_options(config, length),
+                                                  training, training ? "training text" : "evaluation text");
+      } catch (const Error& e) {
+        throw Error(detail::concat(key, ": ", e.what()));
+      }
+    };
+    auto train = open(d.root, true, "data.root");
+    auto eval = open(eval_root, false, d.eval_root.empty() ? "data.eval_root (unset: data.root/eval)" : "data.eval_root");
+    data.train_text = train.get();
+    data.eval_text = eval.get();
+    data.train = std::move(train);
+    data.eval = std::move(eval);
+    return data;
   } else {
     std::string names;
     for (std::string_view n : kDatasetNames) names += (names.empty() ? "" : ", ") + std::string(n);
     throw Error("data.dataset: unknown dataset '" + d.dataset + "' (known: " + names + ")");
   }
+  data.train_images = dynamic_cast<const ClassificationDataset*>(data.train.get());
+  data.eval_images = dynamic_cast<const ClassificationDataset*>(data.eval.get());
   return data;
 }
 
-std::pair<int64_t, std::string> skipped_files(const ClassificationDataset& data) {
+text::MlmMaskingOptions mlm_masking_options(const Config& config, int max_seq_length) {
+  const DataConfig& d = config.data;
+  text::MlmMaskingOptions o;
+  o.mask_prob = d.mask_prob;
+  const int length = d.max_seq_length > 0 ? static_cast<int>(d.max_seq_length) : max_seq_length;
+  o.max_predictions = d.max_predictions > 0 ? static_cast<int>(d.max_predictions)
+                                            : text::default_max_predictions(length, d.mask_prob);
+  o.seed = config.run.seed;
+  return o;
+}
+
+std::pair<int64_t, std::string> skipped_files(const Dataset& data) {
   if (const auto* folder = dynamic_cast<const ImageFolder*>(&data))
     return {folder->skipped_files(), folder->first_skipped()};
   return {0, ""};

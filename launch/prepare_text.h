@@ -21,6 +21,9 @@ struct PrepareTextArgs {
   int dupe_factor = 1;
   unsigned long long seed = 12345;
   long long sequences_per_shard = 100000;
+  // Share of the documents held out for evaluation, written to <out>/eval (the trainer's default
+  // data.eval_root): round(fraction x documents), at least one when the fraction is positive.
+  double eval_fraction = 0.02;
 };
 
 // Runs it; prints what it did to `out`, errors to `err`. Exit status: 0 done, 1 an error (named).

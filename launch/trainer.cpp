@@ -181,9 +181,20 @@ double mllog_quality_target(const std::string& benchmark) { return benchmark == 
 // The start of a run, said once: model, data, precision, tensor-core advice, distribution.
 void announce(const Config& config, const TrainingRun& run, Console& console, MetricsLog* metrics) {
   std::ostringstream os;
-  os << "model " << config.model.name << ": " << run.num_parameters << " parameters on " << run.device.str() << "; "
-     << run.train_set().size() << " training / " << run.eval_set().size() << " test samples, "
+  os << "model " << config.model.name << (config.model.name == "bert" ? " " + config.model.size : std::string()) << ": "
+     << run.num_parameters << " parameters on " << run.device.str() << "; " << run.train_set().size() << " training / "
+     << run.eval_set().size() << (run.plan.token_batching ? " evaluation sequences, " : " test samples, ")
      << run.plan.steps_per_epoch << " steps per epoch";
+  if (const TokenBatchSampler* batches = run.token_batches()) {
+    const TokenBatchingOptions& o = batches->options();
+    os << "\ntoken batching: " << (o.batching == TokenBatching::Fixed ? "fixed " + std::to_string(o.batch_size) +
+                                                                            " rows per step"
+                                                                      : "max " + std::to_string(o.max_tokens) +
+                                                                            " padded tokens per rank batch")
+       << ", balance " << config.data.balance << ", packing " << config.data.packing << ", sequences up to "
+       << o.max_seq_length << " tokens, padded to a multiple of " << o.pad_to_multiple << "; the largest rank batch "
+       << batches->largest_batch().num_rows() << " x " << batches->largest_batch().padded_length;
+  }
   if (run.autocast != kFloat32)
     os << "\nmixed precision: " << config.run.precision << " autocast, float32 master weights, loss scaling "
        << (run.scaler->enabled() ? "on" : "off");
@@ -192,7 +203,7 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
     const std::vector<nn::ShapeAdvice> advice = nn::tensor_core_shape_advice(*run.model);
     if (!advice.empty())
       os << "\ntensor cores: dimensions not a multiple of 8 take slower paths: " << nn::describe(advice);
-    if (run.plan.per_shard_batch % 8 != 0)
+    if (!run.plan.token_batching && run.plan.per_shard_batch % 8 != 0)
       os << "\ntensor cores: the batch per " << (run.fixed_shards ? "shard (" : "rank (") << run.plan.per_shard_batch
          << ") is not a multiple of 8";
   }
@@ -264,7 +275,10 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
   // training on it would print (every rank reports at the same steps).
   s.loss = sum_over_ranks(run.group, {window.loss.item<double>() / static_cast<double>(window.steps)}, run.cpu)[0] /
            run.world_size;
+  // This rank's count times the ranks: exact for images, an estimate for text (ranks' sequences
+  // differ; the epoch line sums them).
   s.samples_per_second = static_cast<double>(window.samples * run.world_size) / seconds_since(window.start);
+  if (run.plan.token_batching) s.sample_unit = "sequences";
   s.lr = run.clock->lr();  // this step's lr (a host read, with the loss's)
   const GradScaler& scaler = *run.scaler;
   const int64_t skipped_now = scaler.skipped_steps();
@@ -326,10 +340,17 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
     os << " (loss " << e.test_loss << ")";
   }
   os.precision(1);
-  os << ", " << e.train_seconds << " s, " << e.samples_per_second << " samples/s";
+  os << ", " << e.train_seconds << " s, " << e.samples_per_second
+     << (run.plan.token_batching ? " sequences/s" : " samples/s");
   console.line(os.str());
   profiler.flush();
   console.line("  step time: " + profiler.summary());
+  // Text runs: the epoch's padding waste, rank imbalance and batch sizes (NOTE [ Token batching ]).
+  std::optional<TokenEpochStats> tokens;
+  if (const TokenBatchSampler* batches = run.token_batches()) {
+    tokens = batches->epoch_stats(e.epoch - 1);
+    console.line("  token batching: " + describe(*tokens));
+  }
   // data.skip_bad_files: this rank's count (each rank reads its own shard's files).
   const auto [skipped, first_skipped] = skipped_files(run.train_set());
   if (skipped > 0)
@@ -352,6 +373,20 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
       rec["test_loss"] = e.test_loss;
     }
     if (skipped > 0) rec["skipped_files"] = skipped;
+    if (tokens) {
+      nlohmann::json sizes = nlohmann::json::object(), lengths = nlohmann::json::object();
+      for (const auto& [rows, count] : tokens->batch_sizes) sizes[std::to_string(rows)] = count;
+      for (const auto& [length, count] : tokens->padded_lengths) lengths[std::to_string(length)] = count;
+      rec["token_batching"] = {{"padding_waste", tokens->padding_waste},
+                               {"mean_imbalance", tokens->mean_imbalance},
+                               {"worst_imbalance", tokens->worst_imbalance},
+                               {"sequences", tokens->sequences},
+                               {"tokens", tokens->tokens},
+                               {"padded_tokens", tokens->padded_tokens},
+                               {"bottleneck_padded_tokens", tokens->bottleneck_padded_tokens},
+                               {"batch_sizes", sizes},
+                               {"padded_lengths", lengths}};
+    }
     metrics->write(rec);
   }
 }
@@ -611,6 +646,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = run.train_loader->next();
       if (!batch) break;
+      const int64_t batch_samples = run.objective->samples(*batch);  // images, sequences
       const StepStats stats = train_step(run, run.train_uploader->upload(*batch), profiler);
       run.train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader
@@ -624,8 +660,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       ++step_in_epoch;
       loss_watch.add(stats.loss, step);
       ++window.steps;
-      window.samples += stats.samples;
-      epoch_samples += stats.samples;
+      window.samples += batch_samples;
+      epoch_samples += batch_samples;
       stop = config.run.max_steps > 0 && step >= config.run.max_steps;
       const bool report_now = step_in_epoch % report_every == 0 || step_in_epoch == steps_per_epoch || stop;
       if (report_now || step_in_epoch % check_every == 0) loss_watch.check(steps_per_epoch);

@@ -35,12 +35,15 @@ double physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
+void check_loader_memory(const Config& config, int64_t train_batch, int64_t train_sample_bytes, int64_t eval_batch,
+                         int64_t eval_sample_bytes);
+
 // NOTE [ Preflight ]
 // Everything that would make a run train on nothing, never evaluate, wrap a count or allocate
 // more than the machine has is checked here, before any buffer is allocated or step taken: a
 // mistake costs seconds and names the keys to change, instead of a run that "succeeds" on zero
 // steps or an out-of-memory kill with no message.
-DataPlan plan_data(const Config& config, const ClassificationDataset& train_set, const ClassificationDataset& test_set,
+DataPlan plan_data(const Config& config, const ClassificationDataset& train_set, const Dataset& test_set,
                    int world_size) {
   const DataConfig& d = config.data;
   const int64_t n = train_set.size();
@@ -88,11 +91,17 @@ DataPlan plan_data(const Config& config, const ClassificationDataset& train_set,
   if (config.run.max_steps > 0) plan.total_steps = std::min(plan.total_steps, config.run.max_steps);
 
   // The loaders' buffers: (prefetch + 1) batches each, of at most the samples the split has.
+  check_loader_memory(config, std::min(plan.per_rank_batch, plan.shard_size), train_set.sample_bytes(),
+                      std::min(d.eval_batch_size, test_set.size()), test_set.sample_bytes());
+  return plan;
+}
+
+void check_loader_memory(const Config& config, int64_t train_batch, int64_t train_sample_bytes, int64_t eval_batch,
+                         int64_t eval_sample_bytes) {
+  const DataConfig& d = config.data;
   const int64_t slots = d.prefetch + 1;
-  const double train_bytes = static_cast<double>(std::min(plan.per_rank_batch, plan.shard_size)) *
-                             static_cast<double>(train_set.sample_bytes()) * slots;
-  const double test_bytes = static_cast<double>(std::min(d.eval_batch_size, test_set.size())) *
-                            static_cast<double>(test_set.sample_bytes()) * slots;
+  const double train_bytes = static_cast<double>(train_batch) * static_cast<double>(train_sample_bytes) * slots;
+  const double test_bytes = static_cast<double>(eval_batch) * static_cast<double>(eval_sample_bytes) * slots;
   const double memory = physical_memory_bytes();
   if (memory > 0 && train_bytes + test_bytes > memory / 2) {
     char text[400];
@@ -105,7 +114,6 @@ DataPlan plan_data(const Config& config, const ClassificationDataset& train_set,
                   memory / 1073741824.0);
     throw Error(text);
   }
-  return plan;
 }
 
 // The training loader of a distributed run takes this rank's shard (disjoint across ranks each
@@ -149,6 +157,71 @@ std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig
   return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
 }
 
+TokenBatchingOptions token_batching_options(const Config& config, const text::MlmDataset& train, int world_size) {
+  const DataConfig& d = config.data;
+  TokenBatchingOptions o;
+  o.batching = d.batching == "max_tokens" ? TokenBatching::MaxTokens : TokenBatching::Fixed;
+  o.batch_size = d.batch_size;
+  o.max_tokens = d.max_tokens;
+  o.max_seq_length = d.max_seq_length > 0 ? d.max_seq_length : train.max_seq_length();
+  o.size_multiple = d.size_multiple;
+  o.pad_to_multiple = std::min(d.pad_to_multiple, o.max_seq_length);
+  o.balance = d.balance == "sort_and_deal" ? RankBalance::SortAndDeal : RankBalance::None;
+  o.packing = d.packing == "greedy" ? SequencePacking::Greedy : SequencePacking::None;
+  o.world_size = world_size;
+  o.shuffle = d.shuffle;
+  o.seed = config.run.seed;
+  o.drop_last = d.drop_last;
+  return o;
+}
+
+// Text runs: the token-batching plan decides the steps (NOTE [ Token batching ]); the same
+// preflight as plan_data otherwise. The samplers are built here, where a plan error can name the
+// data it came from.
+DataPlan plan_text_data(const Config& config, const text::MlmDataset& train, const text::MlmDataset& eval, int rank,
+                        int world_size, std::unique_ptr<TokenBatchSampler>& train_batches,
+                        std::unique_ptr<TokenBatchSampler>& eval_batches) {
+  const DataConfig& d = config.data;
+  DP_CHECK(config.distributed.shards == 0, "distributed.shards is for image batches; a text run balances its "
+           "token batches over the ranks itself (data.balance): leave distributed.shards at 0");
+  DP_CHECK(!config.distributed.sync_batchnorm, "distributed.sync_batchnorm: BERT has no BatchNorm; turn it off");
+  const TokenBatchingOptions o = token_batching_options(config, train, world_size);
+  const std::vector<int32_t> lengths(train.lengths().begin(), train.lengths().end());
+  try {
+    train_batches = std::make_unique<TokenBatchSampler>(lengths, train.targets(), o, rank);
+  } catch (const Error& e) {
+    throw Error(detail::concat(train.description(), ": ", e.what()));
+  }
+  TokenBatchingOptions eval_options = o;
+  eval_options.batch_size = d.eval_batch_size;
+  try {
+    eval_batches = TokenBatchSampler::for_evaluation(eval.lengths(), eval_options, rank, world_size);
+  } catch (const Error& e) {
+    throw Error(detail::concat(eval.description(), ": ", e.what()));
+  }
+  DataPlan plan;
+  plan.token_batching = true;
+  plan.shards = world_size;
+  plan.local_shards = 1;
+  plan.shard_size = train.size() / world_size;
+  plan.per_rank_batch = plan.per_shard_batch = train_batches->max_batch_size();
+  plan.steps_per_epoch = train_batches->num_batches(0);
+  plan.total_steps = checked_product(config.run.epochs, plan.steps_per_epoch, "run.epochs x steps per epoch");
+  if (config.run.max_steps > 0) plan.total_steps = std::min(plan.total_steps, config.run.max_steps);
+  check_loader_memory(config, train_batches->max_batch_size(), train.sample_bytes(), eval_batches->max_batch_size(),
+                      eval.sample_bytes());
+  return plan;
+}
+
+std::unique_ptr<DataLoader> make_token_loader(const Dataset& dataset, std::unique_ptr<TokenBatchSampler> batches,
+                                              const DataConfig& d, Device cpu, HostAllocator host_allocator) {
+  DataLoaderOptions options;
+  options.num_threads = static_cast<int>(d.loader_threads);
+  options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
+  options.host_allocator = std::move(host_allocator);
+  return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
+}
+
 std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_per_epoch) {
   const ScheduleConfig& s = config.schedule;
   LrScheduleOptions o;
@@ -164,18 +237,13 @@ std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_pe
 
 }  // namespace
 
-Tensor ClassificationObjective::training_loss(nn::Module& model, const Batch& batch) const {
-  const Tensor logits = model.forward(train_.model_input(batch[kImages]));  // uint8 → normalised on the device
-  return cross_entropy(logits, batch[kLabels], Reduction::Mean, -100, label_smoothing_);  // float32 (autocast)
+namespace {
+const TokenBatchSampler* token_batches_of(const TrainingRun& run) {
+  return run.train_loader ? dynamic_cast<const TokenBatchSampler*>(&run.train_loader->batch_sampler()) : nullptr;
 }
+}  // namespace
 
-std::pair<Tensor, Tensor> ClassificationObjective::eval_sums(nn::Module& model, const Batch& batch) const {
-  const Tensor logits = model.forward(eval_.model_input(batch[kImages]));
-  const Tensor& labels = batch[kLabels];
-  Tensor loss = cross_entropy(logits, labels, Reduction::Sum).to(kFloat64);
-  Tensor hits = equal(argmax(logits, -1).to(kFloat32), labels.to(kFloat32));
-  return {loss, sum(hits).to(kFloat64)};
-}
+const TokenBatchSampler* TrainingRun::token_batches() const { return token_batches_of(*this); }
 
 std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world) {
   auto run = std::make_unique<TrainingRun>();
@@ -199,14 +267,28 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
 
   // ---- Data ----
   r.data = make_datasets(config);  // data.dataset (launch/datasets.h)
-  r.plan = plan_data(config, r.train_set(), r.eval_set(), r.world_size);  // NOTE [ Preflight ]
   r.train_uploader = make_batch_uploader(r.device, r.cpu);
   r.eval_uploader = make_batch_uploader(r.device, r.cpu);
-  r.fixed_shards = config.distributed.shards > 0;
-  r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
-                               r.train_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
-  r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,
-                              r.eval_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
+  if (r.data.train_text) {  // NOTE [ Token batching ]
+    DP_CHECK(config.model.name == "bert", "data.dataset text trains a masked language model: set model.name: bert "
+             "(got ", config.model.name, ")");
+    std::unique_ptr<TokenBatchSampler> train_batches, eval_batches;
+    r.plan = plan_text_data(config, *r.data.train_text, *r.data.eval_text, r.rank, r.world_size, train_batches,
+                            eval_batches);
+    r.train_loader = make_token_loader(r.train_set(), std::move(train_batches), config.data, r.cpu,
+                                       r.train_uploader->host_allocator());
+    r.eval_loader = make_token_loader(r.eval_set(), std::move(eval_batches), config.data, r.cpu,
+                                      r.eval_uploader->host_allocator());
+  } else {
+    DP_CHECK(config.model.name != "bert", "model.name bert is a masked language model: it trains on data.dataset: "
+             "text (got ", config.data.dataset, ")");
+    r.plan = plan_data(config, *r.data.train_images, r.eval_set(), r.world_size);  // NOTE [ Preflight ]
+    r.fixed_shards = config.distributed.shards > 0;
+    r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
+                                 r.train_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
+    r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,
+                                r.eval_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
+  }
   // No begin_epoch here: the loader would start reading training data before run_start.
   const int64_t steps_per_epoch = r.train_loader->num_batches();
   DP_CHECK(steps_per_epoch == r.plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,
@@ -218,8 +300,14 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   ModelSpec spec;
   spec.name = config.model.name;
   spec.num_classes = config.model.num_classes;
-  spec.in_channels = r.train_set().input_shape()[0];
-  spec.image_size = r.train_set().input_shape()[1];
+  if (r.data.train_images) {
+    spec.in_channels = r.data.train_images->input_shape()[0];
+    spec.image_size = r.data.train_images->input_shape()[1];
+  } else {
+    spec.bert_size = config.model.size;
+    spec.vocab_size = static_cast<int64_t>(r.data.train_text->vocab().size());
+    spec.max_seq_length = r.token_batches()->options().max_seq_length;
+  }
   spec.mlp_hidden = config.model.mlp_hidden;
   spec.dropout = config.model.dropout;
   spec.zero_init_residual = config.model.zero_init_residual;
@@ -283,7 +371,11 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   // the dtypes the forward chose; parameters, gradients and optimiser state stay float32.
   r.autocast = autocast_dtype_of(config.run.precision);
   r.clip_grad_norm = config.optimizer.clip_grad_norm;
-  r.objective = std::make_unique<ClassificationObjective>(r.train_set(), r.eval_set(), config.loss.label_smoothing);
+  if (r.data.train_text)
+    r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
+  else
+    r.objective = std::make_unique<ClassificationObjective>(*r.data.train_images, *r.data.eval_images,
+                                                            config.loss.label_smoothing);
   return run;
 }
 
@@ -377,18 +469,18 @@ Evaluation evaluate(TrainingRun& run) {
   run.model->eval();
   run.eval_loader->begin_epoch(0);
   Tensor loss_sum = zeros({}, kFloat64, run.device), correct = zeros({}, kFloat64, run.device);
-  int64_t count = 0;
+  Tensor count = zeros({}, kFloat64, run.device);
   while (std::optional<LoadedBatch> batch = run.eval_loader->next()) {
     const Batch on_device = run.eval_uploader->upload(*batch);
-    const auto [loss, hits] = run.objective->eval_sums(*run.model, on_device);
-    loss_sum = add(loss_sum, loss);
-    correct = add(correct, hits);
-    count += batch->size();
+    const EvalSums sums = run.objective->eval_sums(*run.model, on_device);
+    loss_sum = add(loss_sum, sums.loss);
+    correct = add(correct, sums.correct);
+    count = add(count, sums.count);
     run.eval_uploader->release_host_buffers();
   }
   run.model->train();
   const std::vector<double> totals = sum_over_ranks(
-      run.group, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(count)}, run.cpu);
+      run.group, {loss_sum.item<double>(), correct.item<double>(), count.item<double>()}, run.cpu);
   DP_CHECK(totals[2] > 0, "evaluation: the test set gave no batches");
   return {totals[0] / totals[2], totals[1] / totals[2]};
 }

@@ -22,6 +22,7 @@
 #include "comm/process_group.h"
 #include "launch/config.h"
 #include "launch/datasets.h"
+#include "launch/objectives.h"
 #include "launch/step_profiler.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
@@ -29,6 +30,7 @@
 #include "runtime/core/runtime.h"
 #include "runtime/data/batch_uploader.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/token_batching.h"
 #include "runtime/nn/batchnorm.h"
 #include "runtime/nn/module.h"
 #include "runtime/tensor/generator.h"
@@ -72,24 +74,9 @@ struct DataPlan {
   int64_t per_shard_batch = 0;
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;  // epochs x steps, capped by run.max_steps
-};
-
-// What a model is trained and evaluated on, as a function of a batch's named tensors: today
-// image classification (kImages → logits, cross-entropy against kLabels).
-class ClassificationObjective {
- public:
-  ClassificationObjective(const ClassificationDataset& train, const ClassificationDataset& eval,
-                          double label_smoothing)
-      : train_(train), eval_(eval), label_smoothing_(label_smoothing) {}
-  // The mean training loss of the batch (float32 [], on the device).
-  Tensor training_loss(nn::Module& model, const Batch& batch) const;
-  // Sums over the batch, float64 [] on the device: loss (no smoothing) and correct predictions.
-  std::pair<Tensor, Tensor> eval_sums(nn::Module& model, const Batch& batch) const;
-
- private:
-  const ClassificationDataset& train_;  // each split turns its own batches into model input
-  const ClassificationDataset& eval_;
-  double label_smoothing_;
+  // data.dataset text: batches of rows by the token-batching plan (runtime/data/token_batching.h);
+  // per_rank_batch and per_shard_batch are then the most rows a rank batch holds.
+  bool token_batching = false;
 };
 
 // Members are declared in build order and destroyed in reverse (NOTE [ Run builder ]).
@@ -121,12 +108,14 @@ struct TrainingRun {
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<ScheduleClock> clock;  // NOTE [ Schedule clock ]: the lr lives on the device
   std::unique_ptr<GradScaler> scaler;    // NOTE [ Loss scaling on the device ]
-  std::unique_ptr<ClassificationObjective> objective;
+  std::unique_ptr<Objective> objective;  // launch/objectives.h
   DType autocast = kFloat32;  // run.precision (NOTE [ Autocast policy ])
   double clip_grad_norm = 0;  // optimizer.clip_grad_norm; 0: off
 
-  const ClassificationDataset& train_set() const { return *data.train; }
-  const ClassificationDataset& eval_set() const { return *data.eval; }
+  const Dataset& train_set() const { return *data.train; }
+  const Dataset& eval_set() const { return *data.eval; }
+  // The token-batching plan of a text run (the training loader's); null otherwise.
+  const TokenBatchSampler* token_batches() const;
 };
 
 // Builds every part of a run from `config` (NOTE [ Run builder ]). In a distributed run every

@@ -8,7 +8,7 @@
 
 namespace dp {
 
-inline constexpr std::array<std::string_view, 7> kModelNames = {
-    "small_cnn", "mlp", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
+inline constexpr std::array<std::string_view, 8> kModelNames = {
+    "small_cnn", "mlp", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "bert"};
 
 }  // namespace dp

@@ -1,8 +1,10 @@
 #include "models/registry.h"
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
 
+#include "models/bert.h"
 #include "models/mlp.h"
 #include "models/model_names.h"
 #include "models/resnet.h"
@@ -24,11 +26,19 @@ const std::vector<std::string>& known_models() {
 }
 
 std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen) {
+  if (spec.name == "bert") {
+    DP_CHECK(spec.vocab_size > 0, "build_model 'bert': the vocabulary size must be positive, got ", spec.vocab_size);
+    DP_CHECK(!spec.zero_init_residual, "build_model 'bert': zero_init_residual is only supported by the resnet models");
+    BertConfig c = BertConfig::preset(spec.bert_size, spec.vocab_size);
+    c.hidden_dropout_prob = c.attention_probs_dropout_prob = spec.dropout;
+    c.max_position_embeddings = std::max(c.max_position_embeddings, spec.max_seq_length);
+    return std::make_shared<BertForPreTraining>(c, device, gen);
+  }
   DP_CHECK(spec.num_classes > 0 && spec.in_channels > 0 && spec.image_size > 0, "build_model '", spec.name,
            "': num_classes, in_channels and image_size must be positive, got ", spec.num_classes, ", ",
            spec.in_channels, ", ", spec.image_size);
   DP_CHECK(spec.dropout == 0.0 || spec.name == "mlp", "build_model '", spec.name,
-           "': dropout is only supported by the mlp model (got dropout=", spec.dropout, ")");
+           "': dropout is only supported by the mlp and bert models (got dropout=", spec.dropout, ")");
   if (spec.name == "small_cnn" || spec.name == "mlp")
     DP_CHECK(!spec.zero_init_residual, "build_model '", spec.name,
              "': zero_init_residual is only supported by the resnet models");

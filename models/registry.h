@@ -18,15 +18,21 @@ struct ModelSpec {
   std::vector<int64_t> mlp_hidden = {1024, 1024};  // mlp only
   double dropout = 0.0;                      // mlp only
   bool zero_init_residual = false;           // resnet* only: last BN of each residual branch starts at 0
+  // bert: a BertConfig preset (models/bert.h), the tokenizer's vocabulary size and the longest
+  // sequence (position embeddings: the preset's 512, or more when the data needs more). dropout
+  // is then the hidden and the attention-probability dropout.
+  std::string bert_size = "tiny";
+  int64_t vocab_size = 0;
+  int64_t max_seq_length = 0;
 };
 
 // The names build_model knows, in the order they are listed in errors (kModelNames in
 // models/model_names.h).
 const std::vector<std::string>& known_models();
 
-// Builds the model on `device`, initialised from `gen`. With an mlp and dropout > 0, the
+// Builds the model on `device`, initialised from `gen`. With an mlp or bert and dropout > 0, the
 // Dropout modules draw their masks from `gen`, which must then outlive the model. An unknown
-// name throws dp::Error listing the known ones; dropout on a model other than mlp, or
+// name throws dp::Error listing the known ones; dropout on a model other than mlp and bert, or
 // zero_init_residual on one other than a resnet, throws too.
 std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen);
 

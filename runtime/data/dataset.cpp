@@ -35,6 +35,11 @@ Tensor& Batch::operator[](const std::string& name) {
   return const_cast<Tensor&>(static_cast<const Batch&>(*this)[name]);
 }
 
+Batch Dataset::fill_rows(const RowBatch& batch, int64_t, const Batch&) const {
+  throw Error(detail::concat(description(), ": this dataset holds fixed-shape samples and cannot fill a batch of ",
+                             batch.rows(), " rows (token batching is for sequence datasets)"));
+}
+
 Batch Batch::prefix(int64_t n) const { return slice(0, n); }
 
 Batch Batch::slice(int64_t start, int64_t n) const {

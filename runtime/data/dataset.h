@@ -51,10 +51,32 @@ class Batch {
   std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 
+// One batch of rows (token batching, runtime/data/token_batching.h): its samples are sequences,
+// grouped into rows that are padded to one length; a row may hold several sequences (packing).
+struct RowBatch {
+  std::span<const int64_t> samples;  // the sequences, row after row
+  std::span<const int64_t> row_starts;  // row r holds samples[row_starts[r] - row_starts[0], row_starts[r + 1] - row_starts[0])
+  int64_t padded_length = 0;         // every row's length in the batch tensors
+  // Targets (e.g. predicted tokens) of the whole step over all ranks, for a loss normalised by
+  // their global count whatever the split; 0 when the plan does not count them.
+  int64_t step_targets = 0;
+
+  int64_t rows() const { return row_starts.empty() ? 0 : static_cast<int64_t>(row_starts.size()) - 1; }
+  // Row r's samples.
+  std::span<const int64_t> row(int64_t r) const {
+    return samples.subspan(static_cast<size_t>(row_starts[r] - row_starts[0]),
+                           static_cast<size_t>(row_starts[r + 1] - row_starts[r]));
+  }
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
+  // Names the data in messages ("Fashion-MNIST train split in /usr/share/...").
+  virtual const std::string& description() const = 0;
+  // Bytes one sample (one row for datasets of rows) takes in a batch buffer (memory planning).
+  virtual int64_t sample_bytes() const = 0;
   // Buffers for up to `capacity` samples on `device` (a CPU device), allocated once by the loader.
   virtual Batch allocate_batch(int64_t capacity, Device device) const = 0;
   // Writes samples indices[0, B) into `out`, whose tensors have leading dimension B. `epoch`
@@ -63,18 +85,19 @@ class Dataset {
   // Called concurrently from loader threads on distinct buffers: must only read the dataset
   // (counters of skipped files excepted, which are atomic).
   virtual void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const = 0;
+  // Datasets of sequences batched by tokens (a BatchSampler whose plan has rows): writes `batch`
+  // into the beginning of `buffers` (from allocate_batch, capacity >= its rows) and returns the
+  // views that hold it, shaped by the batch ([rows, padded_length], ...). The same threading
+  // rules as fill_batch. The default throws: fixed-shape samples have no rows.
+  virtual Batch fill_rows(const RowBatch& batch, int64_t epoch, const Batch& buffers) const;
 };
 
 // Samples of images with one class each: what the trainer needs beyond Dataset.
 class ClassificationDataset : public Dataset {
  public:
   virtual int64_t num_classes() const = 0;
-  // Names the data in messages ("Fashion-MNIST train split in /usr/share/...").
-  virtual const std::string& description() const = 0;
   // The model's input per sample, [C, H, W].
   virtual Shape input_shape() const = 0;
-  // Bytes one sample takes in a batch buffer (memory planning).
-  virtual int64_t sample_bytes() const = 0;
   // The model's float32 [B, C, H, W] input from a batch's `images` on the training device: the
   // images themselves where the dataset normalised while loading, else a cast and normalisation
   // run on the device (the batch crossed to it as uint8, a quarter of the bytes).

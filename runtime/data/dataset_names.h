@@ -7,6 +7,6 @@
 
 namespace dp {
 
-inline constexpr std::array<std::string_view, 3> kDatasetNames = {"fashion_mnist", "image_folder", "synthetic"};
+inline constexpr std::array<std::string_view, 4> kDatasetNames = {"fashion_mnist", "image_folder", "synthetic", "text"};
 
 }  // namespace dp

@@ -64,10 +64,14 @@ class LoaderState {
     Slot& slot = slots[s];
     try {
       NoGradGuard no_grad;
-      const std::span<const int64_t> indices = plan.batch(batch);
-      const int64_t size = static_cast<int64_t>(indices.size());
-      if (slot.current.size() != size) slot.current = size == capacity ? slot.buffers : slot.buffers.prefix(size);
-      dataset.fill_batch(indices, epoch, slot.current);
+      if (plan.has_rows()) {  // token batching: the dataset shapes the batch
+        slot.current = dataset.fill_rows(plan.row_batch(batch), epoch, slot.buffers);
+      } else {
+        const std::span<const int64_t> indices = plan.batch(batch);
+        const int64_t size = static_cast<int64_t>(indices.size());
+        if (slot.current.size() != size) slot.current = size == capacity ? slot.buffers : slot.buffers.prefix(size);
+        dataset.fill_batch(indices, epoch, slot.current);
+      }
       slot.current.mark_rewritten();
       slot.error = nullptr;
     } catch (const std::exception& e) {
@@ -178,9 +182,11 @@ void DataLoader::begin_epoch(int64_t epoch, int64_t first_batch) {
   EpochPlan plan = batches_->plan(epoch);
   DP_CHECK(first_batch >= 0 && first_batch <= plan.num_batches(), "DataLoader: epoch ", epoch, " has ",
            plan.num_batches(), " batches; cannot start at batch ", first_batch);
+  plan.check_rows();
   for (int64_t b = 0; b < plan.num_batches(); ++b) {
-    DP_CHECK(static_cast<int64_t>(plan.batch(b).size()) <= st.capacity, "DataLoader: batch ", b, " of epoch ", epoch,
-             " has ", plan.batch(b).size(), " samples but the batch sampler's max_batch_size is ", st.capacity);
+    DP_CHECK(plan.batch_rows(b) <= st.capacity, "DataLoader: batch ", b, " of epoch ", epoch, " has ",
+             plan.batch_rows(b), plan.has_rows() ? " rows" : " samples", " but the batch sampler's max_batch_size is ",
+             st.capacity);
   }
   {
     std::unique_lock lock(st.mutex);

@@ -10,6 +10,8 @@
 // The consumer may hold up to prefetch - 1 batches while asking for the next; holding all of them
 // makes next() throw instead of waiting forever. A failure while filling batch b is rethrown by
 // next() when it reaches batch b, and by every later next() until begin_epoch.
+// A plan of rows (token batching, runtime/data/token_batching.h) is filled by Dataset::fill_rows,
+// which returns views of the slot's buffers shaped [rows, padded_length]: capacity then counts rows.
 // The threads touch no autograd state: filling runs under NoGradGuard (GradMode is
 // thread-local), so even a Dataset that composes ops records no graph.
 #pragma once

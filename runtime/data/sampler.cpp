@@ -107,6 +107,49 @@ std::span<const int64_t> EpochPlan::batch(int64_t b) const {
   return std::span<const int64_t>(indices).subspan(batch_starts[b], batch_starts[b + 1] - batch_starts[b]);
 }
 
+int64_t EpochPlan::batch_rows(int64_t b) const {
+  if (!has_rows()) return static_cast<int64_t>(batch(b).size());
+  DP_CHECK(b >= 0 && b < num_batches(), "EpochPlan: batch ", b, " is outside [0, ", num_batches(), ")");
+  return batch_row_starts[b + 1] - batch_row_starts[b];
+}
+
+RowBatch EpochPlan::row_batch(int64_t b) const {
+  DP_CHECK(has_rows(), "EpochPlan: batch ", b, " has no rows (a plan of fixed-shape samples)");
+  RowBatch out;
+  out.samples = batch(b);
+  const int64_t first = batch_row_starts[b], last = batch_row_starts[b + 1];
+  out.row_starts = std::span<const int64_t>(row_starts).subspan(first, last - first + 1);
+  out.padded_length = padded_lengths[b];
+  out.step_targets = step_targets.empty() ? 0 : step_targets[b];
+  return out;
+}
+
+void EpochPlan::check_rows() const {
+  if (!has_rows()) {
+    DP_CHECK(row_starts.empty() && padded_lengths.empty() && step_targets.empty(),
+             "EpochPlan: row fields without batch_row_starts");
+    return;
+  }
+  const int64_t batches = num_batches();
+  DP_CHECK(static_cast<int64_t>(batch_row_starts.size()) == batches + 1 &&
+               static_cast<int64_t>(padded_lengths.size()) == batches &&
+               (step_targets.empty() || static_cast<int64_t>(step_targets.size()) == batches),
+           "EpochPlan: ", batches, " batches but ", batch_row_starts.size(), " batch row starts, ",
+           padded_lengths.size(), " padded lengths, ", step_targets.size(), " step targets");
+  DP_CHECK(!row_starts.empty() && batch_row_starts.front() == 0 &&
+               batch_row_starts.back() + 1 == static_cast<int64_t>(row_starts.size()),
+           "EpochPlan: the batches' rows do not cover the ", row_starts.size() - 1, " rows");
+  for (int64_t b = 0; b < batches; ++b) {
+    DP_CHECK(batch_row_starts[b] < batch_row_starts[b + 1], "EpochPlan: batch ", b, " has no rows");
+    DP_CHECK(row_starts[batch_row_starts[b]] == batch_starts[b] &&
+                 row_starts[batch_row_starts[b + 1]] == batch_starts[b + 1],
+             "EpochPlan: batch ", b, "'s rows do not hold its samples");
+    DP_CHECK(padded_lengths[b] > 0, "EpochPlan: batch ", b, " has padded length ", padded_lengths[b]);
+  }
+  for (size_t k = 0; k + 1 < row_starts.size(); ++k)
+    DP_CHECK(row_starts[k] < row_starts[k + 1], "EpochPlan: row ", k, " holds no sample");
+}
+
 FixedSizeBatchSampler::FixedSizeBatchSampler(std::unique_ptr<Sampler> sampler, int64_t batch_size, bool drop_last)
     : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
   DP_CHECK(sampler_ != nullptr, "FixedSizeBatchSampler: sampler is null");

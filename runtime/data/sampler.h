@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "runtime/data/dataset.h"
+
 namespace dp {
 
 // A uniformly random permutation of [0, n) for (seed, epoch); see NOTE [ Deterministic epochs ].
@@ -83,9 +85,19 @@ class DistributedSampler final : public Sampler {
 struct EpochPlan {
   std::vector<int64_t> indices;       // sample order
   std::vector<int64_t> batch_starts;  // batch b is indices[batch_starts[b], batch_starts[b + 1])
+  // Batches of rows (token batching); all empty for batches of fixed-shape samples.
+  std::vector<int64_t> row_starts;        // row k holds indices[row_starts[k], row_starts[k + 1])
+  std::vector<int64_t> batch_row_starts;  // batch b holds rows [batch_row_starts[b], batch_row_starts[b + 1])
+  std::vector<int64_t> padded_lengths;    // batch b's rows padded to padded_lengths[b] tokens
+  std::vector<int64_t> step_targets;      // RowBatch::step_targets of batch b
 
   int64_t num_batches() const { return batch_starts.empty() ? 0 : static_cast<int64_t>(batch_starts.size()) - 1; }
   std::span<const int64_t> batch(int64_t b) const;
+  bool has_rows() const { return !batch_row_starts.empty(); }
+  int64_t batch_rows(int64_t b) const;  // rows of batch b, or its samples when the plan has no rows
+  RowBatch row_batch(int64_t b) const;  // only when has_rows()
+  // Checks that the row fields agree with the batches (the loader calls it on every plan).
+  void check_rows() const;
 };
 
 // Groups samples into batches. Fixed-size batching is below; batching to a token budget

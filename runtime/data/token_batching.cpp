@@ -572,4 +572,91 @@ void row_layout(std::span<const int64_t> row, std::span<const int32_t> lengths, 
   std::fill(position_ids.begin() + static_cast<ptrdiff_t>(token), position_ids.end(), 0);
 }
 
+TokenBatchSampler::TokenBatchSampler(std::vector<int32_t> lengths, std::vector<int32_t> targets,
+                                     const TokenBatchingOptions& options, int rank)
+    : lengths_(std::move(lengths)), targets_(std::move(targets)), options_(options), rank_(rank) {
+  DP_CHECK(rank_ >= 0 && rank_ < options_.world_size, "TokenBatchSampler: rank ", rank_, " is outside the world of ",
+           options_.world_size);
+  DP_CHECK(targets_.empty() || targets_.size() == lengths_.size(), "TokenBatchSampler: ", targets_.size(),
+           " target counts for ", lengths_.size(), " sequences");
+  const TokenEpochPlan first = plan_token_epoch(lengths_, options_, 0);
+  steps_ = static_cast<int64_t>(first.steps.size());
+  for (const TokenStep& step : first.steps)
+    for (const RankBatch& b : step.ranks)
+      if (b.padded_tokens() > largest_.padded_tokens()) largest_ = b;
+  // Balancing deals a step's rows anew every epoch; without it fixed batches hold batch_size /
+  // world_size rows, and max_tokens batches (the same every epoch) epoch 0's largest.
+  int64_t shortest = std::numeric_limits<int64_t>::max();
+  for (const int32_t length : lengths_) shortest = std::min<int64_t>(shortest, length);
+  const int64_t rows = first.stats.rows;
+  if (options_.balance == RankBalance::None) {
+    max_rows_ = first.stats.max_rows;
+  } else if (options_.batching == TokenBatching::Fixed) {
+    max_rows_ = std::min(rows, options_.batch_size);  // a step's rows on one rank at worst
+  } else {
+    // A row costs at least its padded length, and packed rows hold at least the shortest sequence.
+    max_rows_ = std::min(rows, options_.max_tokens / padded_row_length(shortest, options_));
+  }
+  max_rows_ = std::max(max_rows_, first.stats.max_rows);
+}
+
+std::unique_ptr<TokenBatchSampler> TokenBatchSampler::for_evaluation(std::span<const int32_t> lengths,
+                                                                     TokenBatchingOptions options, int rank,
+                                                                     int world_size) {
+  const int64_t n = static_cast<int64_t>(lengths.size());
+  const int64_t begin = n * rank / world_size, end = n * (rank + 1) / world_size;
+  auto sampler = std::unique_ptr<TokenBatchSampler>(new TokenBatchSampler());
+  options.world_size = 1;
+  options.shuffle = false;
+  options.drop_last = false;
+  options.balance = RankBalance::None;
+  if (options.batching == TokenBatching::Fixed) options.batch_size = std::max<int64_t>(1, options.batch_size);
+  sampler->options_ = options;
+  for (int64_t i = begin; i < end; ++i) {
+    sampler->lengths_.push_back(lengths[i]);
+    sampler->ids_.push_back(i);
+  }
+  if (sampler->lengths_.empty()) return sampler;  // no batch
+  const TokenEpochPlan first = plan_token_epoch(sampler->lengths_, options, 0);
+  sampler->steps_ = static_cast<int64_t>(first.steps.size());
+  sampler->max_rows_ = first.stats.max_rows;
+  for (const TokenStep& step : first.steps)
+    if (step.ranks[0].padded_tokens() > sampler->largest_.padded_tokens()) sampler->largest_ = step.ranks[0];
+  return sampler;
+}
+
+int64_t TokenBatchSampler::num_batches(int64_t) const { return steps_; }
+
+TokenEpochStats TokenBatchSampler::epoch_stats(int64_t epoch) const {
+  if (lengths_.empty()) return {};
+  return plan_token_epoch(lengths_, options_, epoch).stats;
+}
+
+EpochPlan TokenBatchSampler::plan(int64_t epoch) const {
+  EpochPlan out;
+  if (lengths_.empty()) return out;
+  const TokenEpochPlan plan = plan_token_epoch(lengths_, options_, epoch);
+  DP_CHECK(static_cast<int64_t>(plan.steps.size()) == steps_, "TokenBatchSampler: epoch ", epoch, " plans ",
+           plan.steps.size(), " steps, epoch 0 planned ", steps_);
+  out.batch_starts.push_back(0);
+  out.row_starts.push_back(0);
+  out.batch_row_starts.push_back(0);
+  for (const TokenStep& step : plan.steps) {
+    const RankBatch& mine = step.ranks[static_cast<size_t>(rank_)];
+    for (int64_t r = 0; r < mine.num_rows(); ++r) {
+      for (const int64_t sequence : mine.row(r)) out.indices.push_back(ids_.empty() ? sequence : ids_[sequence]);
+      out.row_starts.push_back(static_cast<int64_t>(out.indices.size()));
+    }
+    out.batch_starts.push_back(static_cast<int64_t>(out.indices.size()));
+    out.batch_row_starts.push_back(static_cast<int64_t>(out.row_starts.size()) - 1);
+    out.padded_lengths.push_back(mine.padded_length);
+    int64_t targets = 0;
+    if (!targets_.empty())
+      for (const RankBatch& b : step.ranks)
+        for (const int64_t sequence : b.sequences) targets += targets_[sequence];
+    out.step_targets.push_back(targets);
+  }
+  return out;
+}
+
 }  // namespace dp

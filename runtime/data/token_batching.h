@@ -72,9 +72,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "runtime/data/sampler.h"
 
 namespace dp {
 
@@ -168,5 +171,45 @@ std::string describe(const TokenEpochStats& stats);
 // models/bert.h takes them), position_ids 0, 1, ... restarting at each sequence and 0 on padding.
 void row_layout(std::span<const int64_t> row, std::span<const int32_t> lengths, std::span<int64_t> sequence_ids,
                 std::span<int64_t> position_ids);
+
+// The loader's view of a token-batching plan: this rank's batches of plan_token_epoch, as an
+// EpochPlan of rows (RowBatch) for Dataset::fill_rows. Every rank builds the same plan from the
+// same lengths, so each knows the step's global counts without a collective: RowBatch::step_targets
+// is the sum of `targets` (e.g. the tokens each sequence predicts) over the step's sequences on
+// every rank.
+class TokenBatchSampler final : public BatchSampler {
+ public:
+  // lengths[i], targets[i]: sequence i's tokens and targets (targets empty: step_targets 0).
+  // Throws plan_token_epoch's errors for epoch 0.
+  TokenBatchSampler(std::vector<int32_t> lengths, std::vector<int32_t> targets, const TokenBatchingOptions& options,
+                    int rank);
+  // Evaluation: this rank's contiguous part of the sequences (rank r of W: [r n / W, (r + 1) n / W)),
+  // each exactly once, sorted by length and cut by `options` on one rank (no shuffle, balance or
+  // repetition). A rank whose part is empty gets no batch.
+  static std::unique_ptr<TokenBatchSampler> for_evaluation(std::span<const int32_t> lengths,
+                                                           TokenBatchingOptions options, int rank, int world_size);
+
+  EpochPlan plan(int64_t epoch) const override;
+  int64_t num_batches(int64_t epoch) const override;  // the same every epoch (NOTE [ Token batching ])
+  // Most rows a batch of any epoch may hold: the rows of the largest batch for fixed batching
+  // without balancing, else a bound (balancing moves rows between ranks from epoch to epoch).
+  int64_t max_batch_size() const override { return max_rows_; }
+  // The whole epoch's plan statistics (all ranks).
+  TokenEpochStats epoch_stats(int64_t epoch) const;
+  const TokenBatchingOptions& options() const { return options_; }
+  // Epoch 0's largest rank batch in padded tokens, and its rows and padded length (pre-allocation).
+  const RankBatch& largest_batch() const { return largest_; }
+
+ private:
+  TokenBatchSampler() = default;
+
+  std::vector<int32_t> lengths_, targets_;
+  std::vector<int64_t> ids_;  // for_evaluation: the dataset index of each of lengths_; empty: identity
+  TokenBatchingOptions options_;
+  int rank_ = 0;
+  int64_t steps_ = 0;
+  int64_t max_rows_ = 0;
+  RankBatch largest_;
+};
 
 }  // namespace dp

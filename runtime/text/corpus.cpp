@@ -416,6 +416,32 @@ void truncate_pair(size_t& a_begin, size_t& a_end, size_t& b_begin, size_t& b_en
 
 }  // namespace
 
+std::pair<TokenizedCorpus, TokenizedCorpus> split_documents(const TokenizedCorpus& corpus, size_t held_out,
+                                                            uint64_t seed) {
+  const size_t n = corpus.num_documents();
+  DP_CHECK(held_out < n, "holding out ", held_out, " of ", n, " documents for evaluation would leave none to train on");
+  // The first held_out entries of a seeded Fisher-Yates shuffle.
+  std::vector<size_t> order(n);
+  for (size_t d = 0; d < n; ++d) order[d] = d;
+  SplitMix64 rng(SplitMix64::key(seed, 0x65'76'61'6c));  // "eval": apart from make_sequences' streams
+  for (size_t i = 0; i < held_out; ++i) std::swap(order[i], order[i + rng.below(n - i)]);
+  std::vector<bool> is_eval(n, false);
+  for (size_t i = 0; i < held_out; ++i) is_eval[order[i]] = true;
+  TokenizedCorpus train, eval;
+  train.files = eval.files = corpus.files;
+  for (size_t d = 0; d < n; ++d) {
+    TokenizedCorpus& part = is_eval[d] ? eval : train;
+    const auto [first, last] = corpus.document_sentences(d);
+    for (size_t s = first; s < last; ++s) {
+      const std::span<const int32_t> sentence = corpus.sentence(s);
+      part.ids.insert(part.ids.end(), sentence.begin(), sentence.end());
+      part.sentence_ends.push_back(static_cast<int64_t>(part.ids.size()));
+    }
+    part.document_ends.push_back(static_cast<int64_t>(part.sentence_ends.size()));
+  }
+  return {std::move(train), std::move(eval)};
+}
+
 Sequences make_sequences(const TokenizedCorpus& corpus, const Vocabulary& vocab, const SequenceOptions& options) {
   DP_CHECK(options.max_seq_length >= 5, "make_sequences: max_seq_length must be at least 5 ([CLS] a [SEP] b [SEP]), got ",
            options.max_seq_length);

@@ -109,6 +109,13 @@ TokenizedCorpus tokenize_files(const std::vector<std::string>& paths, CorpusForm
 TokenizedCorpus tokenize_documents(const std::vector<Document>& documents, const Tokenizer& tokenizer,
                                    const std::string& name = "(in memory)");
 
+// The corpus's documents in two parts: `held_out` of them, a uniformly random choice drawn from
+// SplitMix64 streams keyed by `seed`, for evaluation; the others for training. Both keep the
+// documents' order and the corpus's source files. Throws dp::Error when held_out is not below the
+// number of documents (training would get none).
+std::pair<TokenizedCorpus, TokenizedCorpus> split_documents(const TokenizedCorpus& corpus, size_t held_out,
+                                                            uint64_t seed);
+
 // Options of make_sequences, after Google BERT's create_pretraining_data.py flags.
 struct SequenceOptions {
   int max_seq_length = 128;     // at least 5: [CLS] a [SEP] b [SEP]

@@ -48,6 +48,12 @@ size_t MlmMasker::num_predictions(size_t candidates) const {
   return std::min({std::max<size_t>(1, wanted), static_cast<size_t>(options_.max_predictions), candidates});
 }
 
+size_t MlmMasker::predictions_in(std::span<const int32_t> ids) const {
+  size_t candidates = 0;
+  for (const int32_t id : ids) candidates += is_special(id) ? 0 : 1;
+  return num_predictions(candidates);
+}
+
 int32_t MlmMasker::random_token(SplitMix64& rng) const {
   // The r-th id that is not special: skip past each special id at or below it (sorted).
   auto r = static_cast<int64_t>(rng.below(vocab_size_ - specials_.size()));

@@ -70,6 +70,9 @@ class MlmMasker {
   // Positions predicted in a sequence with `candidates` maskable tokens.
   size_t num_predictions(size_t candidates) const;
 
+  // Positions mask() predicts in `ids`, whatever the epoch: num_predictions of its candidates.
+  size_t predictions_in(std::span<const int32_t> ids) const;
+
   // Masks `ids` (one sequence, possibly padded with [PAD]) for (options().seed, epoch, index).
   // Throws dp::Error for an id outside the vocabulary.
   MaskedSequence mask(std::span<const int32_t> ids, uint64_t epoch, uint64_t index) const;

@@ -73,7 +73,7 @@ TEST(Config, RejectsBadValuesNamingFileLineAndKey) {
   EXPECT_THAT(load_error("data:\n  shuffle: maybe\n"), HasSubstr("data.shuffle: expected true or false"));
   EXPECT_THAT(load_error("model:\n  name: vgg\n"),
               HasSubstr("model.name: unknown value 'vgg' (expected one of: small_cnn, mlp, resnet18, resnet34, "
-                        "resnet50, resnet101, resnet152)"));
+                        "resnet50, resnet101, resnet152, bert)"));
   EXPECT_THAT(load_error("run:\n  device: gpu\n"), HasSubstr("run.device: expected cpu, cuda or cuda:N"));
   EXPECT_THAT(load_error("model:\n  mlp_hidden: [10, -1]\n"), HasSubstr("model.mlp_hidden[1]: expected an integer in [1, 1048576], got -1"));
   EXPECT_THAT(load_error("model:\n  mlp_hidden: 10\n"), HasSubstr("model.mlp_hidden: expected a list"));
@@ -413,7 +413,7 @@ TEST(Config, ImageDataKeysAndPerDatasetNormalisation) {
               HasSubstr("data.eval_resize_size: the eval image is cut from the resized one: expected at least "
                         "data.eval_image_size (224), got 200"));
   EXPECT_THAT(load_error("data: {dataset: imagenet}"),
-              HasSubstr("data.dataset: unknown value 'imagenet' (expected one of: fashion_mnist, image_folder, synthetic)"));
+              HasSubstr("data.dataset: unknown value 'imagenet' (expected one of: fashion_mnist, image_folder, synthetic, text)"));
   EXPECT_THAT(load_error("data: {image_size: 0}"), HasSubstr("data.image_size: expected an integer in [1, 8192]"));
   // The resolved YAML loads back to the same config.
   EXPECT_EQ(config_from_yaml_string(to_yaml(folder), "again.yaml"), folder);

@@ -75,7 +75,7 @@ TEST_F(BadInput, NegativeLearningRate) {
 TEST_F(BadInput, UnknownModelName) {
   expect_error(run_dptrain("--config " + config("model: {name: vgg16}\n")),
                "model.name: unknown value 'vgg16' (expected one of: small_cnn, mlp, resnet18, resnet34, resnet50, "
-               "resnet101, resnet152)");
+               "resnet101, resnet152, bert)");
 }
 
 TEST_F(BadInput, MissingDatasetFile) {

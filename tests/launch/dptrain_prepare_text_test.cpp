@@ -31,7 +31,7 @@ TEST_F(PrepareText, GivenFilesAndVocabMakeShardsThatOpen) {
   const std::string vocab = scratch_.write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\non\nmat\n.\n"
                                                         "a\ndog\nran\n");
   const std::string text = scratch_.write("corpus.txt", "The cat sat on the mat.\nA dog ran.\n\nThe dog sat.\nA cat ran.\n");
-  const auto r = prepare(text + " --vocab " + vocab + " --out " + out() + " --max-seq-length 16 --short-seq-prob 0");
+  const auto r = prepare(text + " --vocab " + vocab + " --out " + out() + " --max-seq-length 16 --short-seq-prob 0 --eval-fraction 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("1 file (0.00 MB, plain format): 2 documents, 4 sentences, 19 tokens (0.000 % [UNK])"));
   EXPECT_THAT(r.output, HasSubstr("vocabulary: 14 tokens, " + vocab));
@@ -42,6 +42,28 @@ TEST_F(PrepareText, GivenFilesAndVocabMakeShardsThatOpen) {
   EXPECT_EQ(data.length(0), 11u + 3u);
   EXPECT_EQ(data.length(1), 8u + 3u);
   EXPECT_FALSE(fs::exists(fs::path(out()) / "vocab.txt")) << "a given vocab is not copied";
+  EXPECT_FALSE(fs::exists(fs::path(out()) / "eval")) << "--eval-fraction 0: no evaluation split";
+}
+
+TEST_F(PrepareText, HeldOutDocumentsGoToTheEvaluationShards) {
+  const std::string vocab = scratch_.write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\non\nmat\n.\n"
+                                                        "a\ndog\nran\n");
+  std::string text;  // 20 documents of two sentences: one sequence each
+  for (int d = 0; d < 20; ++d) text += d % 2 ? "The cat sat.\nA dog ran.\n\n" : "A dog sat on the mat.\nThe cat ran.\n\n";
+  const std::string corpus = scratch_.write("corpus.txt", text);
+  const auto r = prepare(corpus + " --vocab " + vocab + " --out " + out() + " --max-seq-length 16 --short-seq-prob 0"
+                         " --eval-fraction 0.1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("evaluation: 2 held-out documents, 2 sequences under " + out() + "/eval"));
+  const auto loaded = dp::text::Vocabulary::load(vocab);
+  EXPECT_EQ(dp::text::TextDataset::open(out(), loaded).size(), 18u) << "the evaluation shards are not training data";
+  EXPECT_EQ(dp::text::TextDataset::open(out() + "/eval", loaded).size(), 2u);
+  // Too few documents to hold any out: a clear error, nothing written.
+  const std::string one = scratch_.write("one.txt", "The cat sat.\n");
+  const auto few = prepare(one + " --vocab " + vocab + " --out " + out("few"));
+  EXPECT_EQ(few.exit_code, 1) << few.output;
+  EXPECT_THAT(few.output, HasSubstr("the corpus has 1 document: too few to hold out 1 for evaluation"));
+  EXPECT_FALSE(fs::exists(out("few")));
 }
 
 TEST_F(PrepareText, TheBuiltInCorpusNeedsNoArguments) {
@@ -56,6 +78,9 @@ TEST_F(PrepareText, TheBuiltInCorpusNeedsNoArguments) {
   EXPECT_GT(data.size(), 10000u);
   EXPECT_GE(data.num_shards(), 3u);
   EXPECT_LE(data.max_seq_length(), 128);
+  const dp::text::TextDataset eval = dp::text::TextDataset::open(out() + "/eval", vocab);  // 2 % of the documents
+  EXPECT_GT(eval.size(), 100u);
+  EXPECT_LT(eval.size(), data.size() / 20);
 }
 
 TEST_F(PrepareText, BadInputIsOneClearError) {
@@ -72,7 +97,7 @@ TEST_F(PrepareText, BadInputIsOneClearError) {
   const std::string no_mask = scratch_.write("nomask.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhi\n");
   expect_error(prepare(text + " --vocab " + no_mask + " --out " + out("c")),
                "vocab " + no_mask + ": has no [MASK] token (needed for masked-LM masking)");
-  ASSERT_EQ(prepare(text + " --vocab " + vocab + " --out " + out("d")).exit_code, 0);
+  ASSERT_EQ(prepare(text + " --vocab " + vocab + " --out " + out("d") + " --eval-fraction 0").exit_code, 0);
   expect_error(prepare(text + " --vocab " + vocab + " --out " + out("d")),
                "'" + out("d") + "' exists already; choose a new --out (shards are never overwritten)");
   // A usage error (CLI11's) is not a run: a missing --out.

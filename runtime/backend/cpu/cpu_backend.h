@@ -17,9 +17,13 @@ namespace dp {
 // NOTE [ CPU caching allocator ]
 // Training allocates the same activation sizes every step. Fresh large allocations come from
 // the kernel zero-filled and page-fault on first touch (about 1 ms per 12 MB here), so freed
-// blocks are kept in per-size free lists and handed out again; sizes are rounded (to 256 B, or
-// to 64 KiB above 1 MiB) so near sizes share blocks. Memory held this way is bounded by the
-// peak of one step, and release_cached() returns it to the system.
+// blocks are kept in per-size free lists and handed out again. Sizes are rounded so that near
+// sizes share blocks: to 256 B up to 1 MiB, above it to four classes per doubling (1, 1.25, 1.5,
+// 1.75 x 2^k; at most 25 % more than asked, and the untouched tail of a large block is never
+// paged in). Coarse classes matter when the shapes change every step (token batching: each batch
+// has its own rows and padded length): with exact sizes every distinct shape kept its own blocks
+// and a BERT-tiny run held 1.3 GB. For a fixed-shape run the memory held is the peak of one step;
+// release_cached() returns it to the system.
 class CpuBlockCache {
  public:
   ~CpuBlockCache();

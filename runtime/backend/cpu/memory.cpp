@@ -55,7 +55,10 @@ void CpuBackend::set_num_threads(int n) {
 
 size_t CpuBlockCache::rounded(size_t nbytes) {
   constexpr size_t kMiB = size_t(1) << 20;
-  const size_t unit = nbytes > kMiB ? 64 * 1024 : 256;
+  if (nbytes <= kMiB) return (nbytes + 255) / 256 * 256;
+  // Four size classes per doubling: 1, 1.25, 1.5, 1.75 x 2^k (NOTE [ CPU caching allocator ]).
+  const size_t top = size_t(1) << (63 - __builtin_clzll(static_cast<unsigned long long>(nbytes)));  // 2^k <= nbytes
+  const size_t unit = top / 4;
   return (nbytes + unit - 1) / unit * unit;
 }
 

@@ -34,6 +34,8 @@ class InstrumentedDataset final : public Dataset {
  public:
   explicit InstrumentedDataset(const Dataset& inner) : inner_(inner) {}
   int64_t size() const override { return inner_.size(); }
+  const std::string& description() const override { return inner_.description(); }
+  int64_t sample_bytes() const override { return inner_.sample_bytes(); }
   Batch allocate_batch(int64_t capacity, Device device) const override {
     return inner_.allocate_batch(capacity, device);
   }

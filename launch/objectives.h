@@ -1,0 +1,67 @@
+// What a model is trained and evaluated on, as a function of a batch's named tensors: image
+// classification (images → logits, cross-entropy against labels) and BERT's masked language
+// model (NOTE [ MLM batches ] in runtime/text/mlm_dataset.h).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/data/dataset.h"
+#include "runtime/nn/module.h"
+
+namespace dp {
+
+class BertForPreTraining;
+
+// Sums over an evaluation batch, float64 [] on the device (read once, after the last batch).
+struct EvalSums {
+  Tensor loss;     // summed over the predictions, without label smoothing
+  Tensor correct;  // predictions that were right
+  Tensor count;    // predictions made
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  // This rank's training loss (float32 [], on the device) such that the mean over the ranks is
+  // the step's loss: the gradient all-reduce averages.
+  virtual Tensor training_loss(nn::Module& model, const Batch& batch) const = 0;
+  virtual EvalSums eval_sums(nn::Module& model, const Batch& batch) const = 0;
+  // Samples (images, sequences) in a batch as loaded, before it is uploaded (throughput figures).
+  virtual int64_t samples(const Batch& host_batch) const { return host_batch.size(); }
+};
+
+class ClassificationObjective final : public Objective {
+ public:
+  ClassificationObjective(const ClassificationDataset& train, const ClassificationDataset& eval,
+                          double label_smoothing)
+      : train_(train), eval_(eval), label_smoothing_(label_smoothing) {}
+  // The mean cross-entropy over the batch.
+  Tensor training_loss(nn::Module& model, const Batch& batch) const override;
+  EvalSums eval_sums(nn::Module& model, const Batch& batch) const override;
+
+ private:
+  const ClassificationDataset& train_;  // each split turns its own batches into model input
+  const ClassificationDataset& eval_;
+  double label_smoothing_;
+};
+
+// BERT pretraining's masked LM: the encoder over every token, the MLM head over the predicted
+// positions only (gathered), cross-entropy weighted by mlm_weights: the step's mean over its
+// predicted tokens on all ranks, times the world size (the all-reduce then averages).
+class MaskedLmObjective final : public Objective {
+ public:
+  // packed: rows hold several sequences (a block-diagonal attention mask instead of padding's).
+  MaskedLmObjective(bool packed, int world_size) : packed_(packed), world_size_(world_size) {}
+  Tensor training_loss(nn::Module& model, const Batch& batch) const override;
+  EvalSums eval_sums(nn::Module& model, const Batch& batch) const override;
+  int64_t samples(const Batch& host_batch) const override;  // sequences
+
+  // The MLM logits [rows x slots, V] of the batch's prediction slots.
+  Tensor mlm_logits(BertForPreTraining& model, const Batch& batch) const;
+
+ private:
+  bool packed_;
+  int world_size_;
+};
+
+}  // namespace dp
