@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -25,8 +24,6 @@ namespace fs = std::filesystem;
 using dp::testing::dptrain_binary;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
-
-const std::string kMpirun = "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none";
 
 class Bert : public ::testing::Test {
  protected:
@@ -74,9 +71,8 @@ TEST_F(Bert, TinyLearnsTheCorpusAndReportsTokenBatching) {
   const size_t at = r.output.find("test accuracy ");
   ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_GT(std::stod(r.output.substr(at + 14)), 3.0) << r.output;
-  std::ifstream metrics(scratch_.path() / "run" / "metrics.jsonl");
-  const std::string text((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
-  EXPECT_THAT(text, HasSubstr("\"token_batching\":{\"batch_sizes\":"));
+  EXPECT_THAT(dp::testing::read_text_file(scratch_.path() / "run" / "metrics.jsonl"),
+              HasSubstr("\"token_batching\":{\"batch_sizes\":"));
 }
 
 TEST_F(Bert, OneProcessAndTwoRanksTrainTheSameGlobalBatchesToTheSameWeights) {
@@ -89,7 +85,7 @@ TEST_F(Bert, OneProcessAndTwoRanksTrainTheSameGlobalBatchesToTheSameWeights) {
                              "--set optimizer.name=sgd --set optimizer.lr=0.5 --set optimizer.momentum=0.9";
   const auto one = run_program(dptrain_binary() + args("one", common));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const auto two = run_program(kMpirun + " -np 2 " + dptrain_binary() + args("two", common));
+  const auto two = run_program(dp::testing::mpirun(2) + dptrain_binary() + args("two", common));
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_THAT(two.output, HasSubstr("data-parallel over 2 ranks"));
   dp::Runtime runtime;
@@ -109,6 +105,22 @@ TEST_F(Bert, OneProcessAndTwoRanksTrainTheSameGlobalBatchesToTheSameWeights) {
   ASSERT_EQ(l1.size(), l2.size());
   EXPECT_NEAR(l1.back(), l2.back(), 1e-4);
   EXPECT_GT(worst, 0.0) << "two ranks sum the gradients in another order: exact equality would be a surprise";
+}
+
+TEST_F(Bert, AResumedRunEndsWithTheUninterruptedModel) {
+  // Mid-epoch, with dropout: the loader restarts at the step's batch of the same plan and masks,
+  // the generator where it was.
+  const std::string common = "--set data.batching=max_tokens --set data.max_tokens=1024 --set model.dropout=0.1";
+  const auto whole = run_program(dptrain_binary() + args("whole", common + " --set run.max_steps=30"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string parts = common + " --set run.checkpoint_every=15";
+  const auto first = run_program(dptrain_binary() + args("parts", parts + " --set run.max_steps=15"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_program(dptrain_binary() + args("parts", parts + " --set run.max_steps=30 --resume auto"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("after step 15 (epoch 1, step 15 of "));
+  EXPECT_EQ(dp::testing::model_digest(second.output), dp::testing::model_digest(whole.output));
+  EXPECT_NE(dp::testing::model_digest(first.output), dp::testing::model_digest(whole.output));
 }
 
 TEST_F(Bert, BadTextInputIsOneClearError) {

@@ -18,7 +18,7 @@ class RegistryTest : public ::testing::Test {
 
 TEST_F(RegistryTest, BuildsEveryKnownModel) {
   EXPECT_EQ(known_models(), (std::vector<std::string>{"small_cnn", "mlp", "resnet18", "resnet34", "resnet50",
-                                                      "resnet101", "resnet152"}));
+                                                      "resnet101", "resnet152", "bert"}));
   ModelSpec spec;
   spec.name = "small_cnn";
   EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), 421'642);
@@ -32,6 +32,15 @@ TEST_F(RegistryTest, BuildsEveryKnownModel) {
   spec.in_channels = 3;
   spec.num_classes = 100;
   EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), 11'227'812);
+  // BERT-tiny as Hugging Face's BertForMaskedLM (bert_uncased_L-2_H-128_A-2, vocab 30522): the
+  // decoder is the word embedding (counted once), its bias is its own.
+  spec = ModelSpec{};
+  spec.name = "bert";
+  spec.vocab_size = 30522;
+  EXPECT_THROW(build_model(ModelSpec{.name = "bert"}, cpu, gen), Error) << "no vocabulary size";
+  EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), 4'416'698);
+  spec.max_seq_length = 1024;  // more positions than the preset's 512
+  EXPECT_EQ(testing::parameter_count(*build_model(spec, cpu, gen)), 4'416'698 + 512 * 128);
 }
 
 // torchvision.models.resnet*(num_classes=10) with a 1-channel conv1.
@@ -72,7 +81,7 @@ TEST_F(RegistryTest, UnknownNameListsTheKnownOnes) {
     FAIL() << "expected an unknown-model error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "unknown model 'resnet51'; known models: small_cnn, mlp, resnet18, resnet34, resnet50, "
-                           "resnet101, resnet152");
+                           "resnet101, resnet152, bert");
   }
 }
 
