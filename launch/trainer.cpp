@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 #include <limits>
 #include <map>
 #include <optional>
@@ -193,7 +194,9 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
                                                                             " padded tokens per rank batch")
        << ", balance " << config.data.balance << ", packing " << config.data.packing << ", sequences up to "
        << o.max_seq_length << " tokens, padded to a multiple of " << o.pad_to_multiple << "; the largest rank batch "
-       << batches->largest_batch().num_rows() << " x " << batches->largest_batch().padded_length;
+       << batches->largest_batch().num_rows() << " x " << batches->largest_batch().padded_length
+       << ", pre-allocated by one forward and backward in " << std::fixed << std::setprecision(2)
+       << run.preallocation_seconds << " s";
   }
   if (run.autocast != kFloat32)
     os << "\nmixed precision: " << config.run.precision << " autocast, float32 master weights, loss scaling "

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -238,6 +239,42 @@ std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_pe
 }  // namespace
 
 namespace {
+
+// NOTE [ Pre-allocation ]
+// Token batches change shape every step, and the largest may come late in an epoch. Before
+// training, one forward and backward runs on the epoch's largest rank batch (most padded tokens),
+// in the run's precision: a batch that does not fit the device fails now, not hours in, the
+// caching allocators keep blocks of the peak's sizes, and the GPU batch uploader's buffers are
+// sized for the largest batch once (every later batch is a view of their beginning). Nothing of it stays: it runs before the
+// reducer and the optimiser exist, its gradients are dropped and the generator is put back where
+// it was (dropout draws from it), so a run trains the same with or without it.
+double preallocate(TrainingRun& r, const Config& config) {
+  const auto start = std::chrono::steady_clock::now();
+  const RankBatch& largest = r.token_batches()->largest_batch();
+  RowBatch rows;
+  rows.samples = largest.sequences;
+  rows.row_starts = largest.row_starts;
+  rows.padded_length = largest.padded_length;
+  const Batch host = r.train_set().fill_rows(rows, 0, r.train_set().allocate_batch(largest.num_rows(), r.cpu));
+  const uint64_t seed = r.generator.seed(), offset = r.generator.offset();
+  {
+    // Twice: the uploader's two device slots then both hold the largest batch's size.
+    r.train_uploader->upload(host);
+    const Batch batch = r.train_uploader->upload(host);
+    Tensor loss;
+    {
+      AutocastGuard amp(autocast_dtype_of(config.run.precision));
+      loss = r.objective->training_loss(*r.model, batch);
+    }
+    loss.backward();
+    r.train_uploader->release_host_buffers();
+  }
+  r.model->zero_grad(/*set_to_none=*/true);
+  r.generator.set_state(seed, offset);
+  r.device.backend().synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 const TokenBatchSampler* token_batches_of(const TrainingRun& run) {
   return run.train_loader ? dynamic_cast<const TokenBatchSampler*>(&run.train_loader->batch_sampler()) : nullptr;
 }
@@ -328,6 +365,12 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     }
   }
   r.model->train();
+  if (r.data.train_text)
+    r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
+  else
+    r.objective = std::make_unique<ClassificationObjective>(*r.data.train_images, *r.data.eval_images,
+                                                            config.loss.label_smoothing);
+  if (r.data.train_text) r.preallocation_seconds = preallocate(r, config);  // NOTE [ Pre-allocation ]
   if (r.world_size > 1) {
     broadcast_model_from_rank0(*r.model, *r.model_group);
     ReducerOptions ro;
@@ -371,11 +414,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   // the dtypes the forward chose; parameters, gradients and optimiser state stay float32.
   r.autocast = autocast_dtype_of(config.run.precision);
   r.clip_grad_norm = config.optimizer.clip_grad_norm;
-  if (r.data.train_text)
-    r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
-  else
-    r.objective = std::make_unique<ClassificationObjective>(*r.data.train_images, *r.data.eval_images,
-                                                            config.loss.label_smoothing);
+
   return run;
 }
 

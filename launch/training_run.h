@@ -109,6 +109,7 @@ struct TrainingRun {
   std::unique_ptr<ScheduleClock> clock;  // NOTE [ Schedule clock ]: the lr lives on the device
   std::unique_ptr<GradScaler> scaler;    // NOTE [ Loss scaling on the device ]
   std::unique_ptr<Objective> objective;  // launch/objectives.h
+  double preallocation_seconds = 0;  // NOTE [ Pre-allocation ] in training_run.cpp (text runs)
   DType autocast = kFloat32;  // run.precision (NOTE [ Autocast policy ])
   double clip_grad_norm = 0;  // optimizer.clip_grad_norm; 0: off
 

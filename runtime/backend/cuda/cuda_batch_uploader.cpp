@@ -68,7 +68,13 @@ class CudaBatchUploader final : public BatchUploader {
       DP_CUDA_CHECK(index_, cudaEventRecord(copy_done_, compute));
       DP_CUDA_CHECK(index_, cudaStreamWaitEvent(copy_stream_, copy_done_, 0));
     }
-    const Batch out = host.size() == slot.buffers.size() ? slot.buffers : slot.buffers.prefix(host.size());
+    // The batch as a view of the beginning of each buffer, in its own shape.
+    Batch out;
+    for (size_t i = 0; i < host.tensors().size(); ++i) {
+      const auto& [name, want] = host.tensors()[i];
+      const Tensor& have = slot.buffers.tensors()[i].second;
+      out.set(name, have.shape() == want.shape() ? have : have.flatten().narrow(0, 0, want.numel()).view(want.shape()));
+    }
     for (size_t i = 0; i < host.tensors().size(); ++i) {
       const Tensor& src = host.tensors()[i].second;
       const Tensor& dst = out.tensors()[i].second;
@@ -94,18 +100,16 @@ class CudaBatchUploader final : public BatchUploader {
     bool marked = false;                 // compute_done has been recorded at least once
   };
 
-  // The slot's buffers hold `host`: the same names in the same order, each with the same
-  // per-sample shape and dtype and at least as many samples.
+  // The slot's buffers hold `host`: the same names and dtypes in the same order, each with at
+  // least as many elements. A batch is a view of the beginning of each buffer in its own shape,
+  // so smaller batches (the last of an epoch) and batches of another shape (token batching: rows
+  // and padded length change every step) reuse the buffers.
   static bool fits(const Batch& buffers, const Batch& host) {
     if (buffers.tensors().size() != host.tensors().size()) return false;
     for (size_t i = 0; i < host.tensors().size(); ++i) {
       const auto& [have_name, have_t] = buffers.tensors()[i];
       const auto& [want_name, want_t] = host.tensors()[i];
-      const Shape& have = have_t.shape();
-      const Shape& want = want_t.shape();
-      if (have_name != want_name || have_t.dtype() != want_t.dtype() || have.size() != want.size() ||
-          !std::equal(have.begin() + 1, have.end(), want.begin() + 1) || have[0] < want[0])
-        return false;
+      if (have_name != want_name || have_t.dtype() != want_t.dtype() || have_t.numel() < want_t.numel()) return false;
     }
     return true;
   }
