@@ -1,6 +1,9 @@
 // Batches from the loader's buffers to the training device (NOTE [ Batch upload ]).
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "runtime/core/runtime.h"
 #include "runtime/data/batch_uploader.h"
 #include "runtime/ops/creation.h"
@@ -52,6 +55,34 @@ TEST(BatchUploader, GpuCopiesThroughPinnedSlots) {
   uploader->release_host_buffers();
   EXPECT_EQ(out[kImages].shape(), (Shape{2, 1, 2, 2}));
   EXPECT_EQ(out[kImages].to(cpu).to_vector<float>(), small[kImages].to_vector<float>());
+}
+
+TEST(BatchUploader, GpuBatchesOfAnotherShapeReuseTheBuffers) {
+  if (Runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
+  Runtime runtime;
+  Device cpu = runtime.cpu(), gpu = runtime.cuda(0);
+  auto uploader = make_batch_uploader(gpu, cpu);
+  // Token batches: [rows, padded length] changes every step. The largest first (pre-allocation
+  // uploads it into both slots), then narrower and wider-but-fewer rows: views of the buffers.
+  auto tokens = [&](int64_t rows, int64_t length, int64_t first) {
+    std::vector<int64_t> ids(static_cast<size_t>(rows * length));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = first + static_cast<int64_t>(i);
+    return Batch{{"input_ids", from_vector<int64_t>(ids, {rows, length}, cpu)}};
+  };
+  std::vector<const void*> buffers;
+  for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {8, 64}, {16, 24}, {3, 128}, {8, 8}}) {
+    const Batch host = tokens(rows, length, rows * 1000 + length);
+    const Batch out = uploader->upload(host);
+    uploader->release_host_buffers();
+    EXPECT_EQ(out["input_ids"].shape(), (Shape{rows, length}));
+    EXPECT_TRUE(out["input_ids"].is_contiguous());
+    EXPECT_EQ(out["input_ids"].to(cpu).to_vector<int64_t>(), host["input_ids"].to_vector<int64_t>()) << rows << "x" << length;
+    buffers.push_back(out["input_ids"].raw_data());
+  }
+  // Two slots, allocated by the first two uploads and reused after.
+  EXPECT_EQ(buffers[2], buffers[0]);
+  EXPECT_EQ(buffers[3], buffers[1]);
+  EXPECT_EQ(buffers[4], buffers[0]);
 }
 
 }  // namespace
