@@ -544,9 +544,12 @@ std::string describe(const TokenEpochStats& stats) {
      << histogram_text(stats.padded_lengths, kHistogramEntries);
   if (stats.rows > 0 && stats.sequences != stats.rows)
     os << " | " << static_cast<double>(stats.sequences) / static_cast<double>(stats.rows) << " sequences per row";
-  if (stats.dropped_sequences > 0) os << " | " << stats.dropped_sequences << " sequences dropped (data.drop_last)";
+  if (stats.dropped_sequences > 0)
+    os << " | " << stats.dropped_sequences << (stats.dropped_sequences == 1 ? " sequence" : " sequences")
+       << " dropped (data.drop_last)";
   if (stats.repeated_sequences > 0)
-    os << " | " << stats.repeated_sequences << " sequences repeated to fill the last step";
+    os << " | " << stats.repeated_sequences << (stats.repeated_sequences == 1 ? " sequence" : " sequences")
+       << " repeated to fill the last step";
   return os.str();
 }
 
