@@ -211,8 +211,10 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
          << ") is not a multiple of 8";
   }
   if (run.world_size > 1)
-    os << "\ndata-parallel over " << run.world_size << " ranks (" << run.group->backend_name() << "): batch "
-       << run.plan.per_rank_batch << " per rank, " << run.reducer->buckets().size() << " gradient buckets"
+    os << "\ndata-parallel over " << run.world_size << " ranks (" << run.group->backend_name() << "): "
+       << (run.plan.token_batching ? "token batches (above)" : "batch " + std::to_string(run.plan.per_rank_batch) +
+                                                                   " per rank")
+       << ", " << run.reducer->buckets().size() << " gradient buckets"
        << (run.model_group != run.group ? std::string(" (") + run.model_group->backend_name() + ")" : "")
        << (config.distributed.grad_dtype == "bf16" ? ", sent as bf16" : "")
        << (config.distributed.sync_batchnorm ? "; BatchNorm statistics over the global batch (" +

@@ -87,7 +87,7 @@ TEST_F(Bert, OneProcessAndTwoRanksTrainTheSameGlobalBatchesToTheSameWeights) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto two = run_program(dp::testing::mpirun(2) + dptrain_binary() + args("two", common));
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_THAT(two.output, HasSubstr("data-parallel over 2 ranks"));
+  EXPECT_THAT(two.output, HasSubstr("data-parallel over 2 ranks (mpi): token batches (above), "));
   dp::Runtime runtime;
   const auto a = dp::load_tensors((scratch_.path() / "one" / "model.safetensors").string(), runtime.cpu());
   const auto b = dp::load_tensors((scratch_.path() / "two" / "model.safetensors").string(), runtime.cpu());
