@@ -293,7 +293,8 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   r.world_size = world.group ? world.group->size() : 1;
   r.rank = world.group ? world.group->rank() : 0;
   if (r.world_size > 1) {
-    DP_CHECK(config.data.batch_size % r.world_size == 0, "data.batch_size ", config.data.batch_size,
+    // Text: the token-batching plan checks data.batch_size itself, and only for fixed batching.
+    DP_CHECK(config.data.dataset == "text" || config.data.batch_size % r.world_size == 0, "data.batch_size ", config.data.batch_size,
              " is the global batch and must be divisible by the world size ", r.world_size, " (each rank takes ",
              "batch_size / world_size); choose a multiple of ", r.world_size);
     DP_CHECK(r.device.is_cpu() || (world.device_group != nullptr && world.device_group->size() == r.world_size),

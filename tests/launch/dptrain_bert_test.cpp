@@ -107,6 +107,16 @@ TEST_F(Bert, OneProcessAndTwoRanksTrainTheSameGlobalBatchesToTheSameWeights) {
   EXPECT_GT(worst, 0.0) << "two ranks sum the gradients in another order: exact equality would be a surprise";
 }
 
+TEST_F(Bert, MaxTokensRunsOnAnyWorldSize) {
+  // data.batch_size (128) is not a multiple of 3, and max_tokens batching does not use it.
+  const auto r = run_program(dp::testing::mpirun(3) + dptrain_binary() +
+                             args("three", "--set data.batching=max_tokens --set data.max_tokens=1024 "
+                                           "--set run.max_steps=3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("data-parallel over 3 ranks"));
+  EXPECT_THAT(r.output, HasSubstr("test accuracy "));
+}
+
 TEST_F(Bert, AResumedRunEndsWithTheUninterruptedModel) {
   // Mid-epoch, with dropout: the loader restarts at the step's batch of the same plan and masks,
   // the generator where it was.
