@@ -41,13 +41,11 @@ import math
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import time
 
 sys.dont_write_bytecode = True
-import numpy as np
 import torch
 import yaml
 from torch import nn
@@ -61,45 +59,9 @@ PRESETS = {"tiny": (2, 128), "mini": (4, 256), "small": (4, 512), "medium": (8, 
            "large": (24, 1024)}
 
 
-# ---- safetensors, by hand ---------------------------------------------------------------------
-
-ST_DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8"}
-NP_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8,
-             "F16": np.float16}
-
-
-def write_safetensors(path, tensors, metadata=None):
-    assert sys.byteorder == "little"  # tobytes() is native order; the format is little-endian
-    header = {"__metadata__": metadata} if metadata else {}
-    blobs, offset = [], 0
-    for name, t in tensors.items():
-        b = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        f.writelines(blobs)
-
-
-def read_safetensors(path):
-    """→ ({name: torch tensor}, metadata)"""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    metadata = header.pop("__metadata__", {})
-    base = 8 + n
-    out = {}
-    for name, e in header.items():
-        start, end = e["data_offsets"]
-        a = np.frombuffer(data, dtype=NP_DTYPES[e["dtype"]], count=(end - start) // np.dtype(NP_DTYPES[e["dtype"]]).itemsize,
-                          offset=base + start)
-        out[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
-    return out, metadata
+# The safetensors format by hand (Debian has no python3-safetensors): torchvision_interop's reader
+# and writer, beside this script.
+from torchvision_interop import read_safetensors, write_safetensors  # noqa: E402
 
 
 # ---- BERT (Hugging Face's BertForMaskedLM module tree, dptrain's names; no dropout) -----------
