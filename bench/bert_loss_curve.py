@@ -48,7 +48,6 @@ import time
 sys.dont_write_bytecode = True
 import torch
 import yaml
-from torch import nn
 from torch.nn import functional as F
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -64,152 +63,11 @@ PRESETS = {"tiny": (2, 128), "mini": (4, 256), "small": (4, 512), "medium": (8, 
 from torchvision_interop import read_safetensors, write_safetensors  # noqa: E402
 
 
-# ---- BERT (Hugging Face's BertForMaskedLM module tree, dptrain's names; no dropout) -----------
+# ---- BERT: the PyTorch reference of tests/fixtures/make_bert_fixtures.py (Hugging Face's module
+# tree and names), as BertForMaskedLM (next_sentence false) without dropout -----------------------
 
-class BertEmbeddings(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.word_embeddings = nn.Embedding(c["vocab_size"], c["hidden_size"], padding_idx=0)
-        self.position_embeddings = nn.Embedding(c["max_position_embeddings"], c["hidden_size"])
-        self.token_type_embeddings = nn.Embedding(c["type_vocab_size"], c["hidden_size"])
-        self.LayerNorm = nn.LayerNorm(c["hidden_size"], eps=c["layer_norm_eps"])
-
-    def forward(self, input_ids, token_type_ids, position_ids):
-        # dptrain's order: (word + token type) + position
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-        x = x + self.position_embeddings(position_ids)
-        return self.LayerNorm(x)
-
-
-class BertSelfAttention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.heads = c["num_attention_heads"]
-        self.head_size = c["hidden_size"] // self.heads
-        self.query = nn.Linear(c["hidden_size"], c["hidden_size"])
-        self.key = nn.Linear(c["hidden_size"], c["hidden_size"])
-        self.value = nn.Linear(c["hidden_size"], c["hidden_size"])
-
-    def split(self, x):
-        b, s, _ = x.shape
-        return x.view(b, s, self.heads, self.head_size).permute(0, 2, 1, 3)
-
-    def forward(self, x, mask):
-        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
-        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_size)) + mask
-        probs = torch.softmax(scores, dim=-1)
-        b, _, s, _ = probs.shape
-        return (probs @ v).permute(0, 2, 1, 3).reshape(b, s, -1)
-
-
-class BertResidualOutput(nn.Module):  # BertSelfOutput and BertOutput
-    def __init__(self, c, inner):
-        super().__init__()
-        self.dense = nn.Linear(inner, c["hidden_size"])
-        self.LayerNorm = nn.LayerNorm(c["hidden_size"], eps=c["layer_norm_eps"])
-
-    def forward(self, x, residual):
-        return self.LayerNorm(self.dense(x) + residual)
-
-
-class BertAttention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.self = BertSelfAttention(c)
-        self.output = BertResidualOutput(c, c["hidden_size"])
-
-    def forward(self, x, mask):
-        return self.output(self.self(x, mask), x)
-
-
-class BertIntermediate(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dense = nn.Linear(c["hidden_size"], c["intermediate_size"])
-
-    def forward(self, x):
-        return F.gelu(self.dense(x))  # the erf form, as dptrain's
-
-
-class BertLayer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.attention = BertAttention(c)
-        self.intermediate = BertIntermediate(c)
-        self.output = BertResidualOutput(c, c["intermediate_size"])
-
-    def forward(self, x, mask):
-        a = self.attention(x, mask)
-        return self.output(self.intermediate(a), a)
-
-
-class BertEncoder(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.layer = nn.ModuleList([BertLayer(c) for _ in range(c["num_hidden_layers"])])
-
-    def forward(self, x, mask):
-        for layer in self.layer:
-            x = layer(x, mask)
-        return x
-
-
-class BertModel(nn.Module):  # without the pooler: BertForMaskedLM's
-    def __init__(self, c):
-        super().__init__()
-        self.embeddings = BertEmbeddings(c)
-        self.encoder = BertEncoder(c)
-
-    def forward(self, input_ids, token_type_ids, position_ids, mask):
-        return self.encoder(self.embeddings(input_ids, token_type_ids, position_ids), mask)
-
-
-class BertPredictionHeadTransform(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dense = nn.Linear(c["hidden_size"], c["hidden_size"])
-        self.LayerNorm = nn.LayerNorm(c["hidden_size"], eps=c["layer_norm_eps"])
-
-    def forward(self, x):
-        return self.LayerNorm(F.gelu(self.dense(x)))
-
-
-class BertLMPredictionHead(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.transform = BertPredictionHeadTransform(c)
-        self.decoder = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        self.bias = nn.Parameter(torch.zeros(c["vocab_size"]))
-        self.decoder.bias = self.bias
-
-    def forward(self, x):
-        return self.decoder(self.transform(x))
-
-
-class BertOnlyMLMHead(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.predictions = BertLMPredictionHead(c)
-
-
-class BertForMaskedLM(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.bert = BertModel(c)
-        self.cls = BertOnlyMLMHead(c)
-        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight  # tie_weights()
-        for m in self.modules():  # Hugging Face's _init_weights
-            if isinstance(m, nn.Linear):
-                m.weight.data.normal_(0.0, c["initializer_range"])
-                if m.bias is not None:
-                    m.bias.data.zero_()
-            elif isinstance(m, nn.Embedding):
-                m.weight.data.normal_(0.0, c["initializer_range"])
-                if m.padding_idx is not None:
-                    m.weight.data[m.padding_idx].zero_()
-            elif isinstance(m, nn.LayerNorm):
-                m.bias.data.zero_()
-                m.weight.data.fill_(1.0)
+sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
+from make_bert_fixtures import BertForPreTraining  # noqa: E402
 
 
 # ---- the objective: launch/objectives.cpp MaskedLmObjective ----------------------------------
@@ -231,7 +89,7 @@ def mlm_loss(model, batch, packed):
     ids = batch["input_ids"]
     rows, length = ids.shape
     mask = attention_mask(batch["sequence_ids"], packed)
-    hidden = model.bert(ids, batch["token_type_ids"], batch["position_ids"], mask)
+    hidden = model.bert.encode(ids, batch["token_type_ids"], mask, batch["position_ids"])
     picked = hidden.reshape(rows * length, hidden.shape[2]).index_select(0, batch["mlm_positions"].flatten())
     logits = model.cls.predictions(picked)
     per_slot = F.cross_entropy(logits, batch["mlm_labels"].flatten(), reduction="none")  # 0 on -100
@@ -369,9 +227,10 @@ def main():
     max_seq = int(cfg["data"]["max_seq_length"]) or 128  # the shards' (prepare-text's default); checked below
     c = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
              intermediate_size=4 * hidden, max_position_embeddings=max(512, max_seq), type_vocab_size=2,
-             layer_norm_eps=1e-12, initializer_range=0.02)
+             layer_norm_eps=1e-12, initializer_range=0.02, next_sentence=False, hidden_dropout_prob=0.0,
+             attention_probs_dropout_prob=0.0)
     torch.manual_seed(args.seed)
-    model = BertForMaskedLM(c)
+    model = BertForPreTraining(c)
     init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     write_safetensors(init_path, init_state,
                       {"model": "BertForMaskedLM", "torch_version": torch.__version__, "seed": str(args.seed)})
