@@ -65,6 +65,4 @@ EvalSums MaskedLmObjective::eval_sums(nn::Module& model, const Batch& batch) con
   return {loss, sum(hits).to(kFloat64), sum(batch[text::kMlmWeights]).to(kFloat64)};
 }
 
-int64_t MaskedLmObjective::samples(const Batch& host_batch) const { return text::sequences_in_batch(host_batch); }
-
 }  // namespace dp

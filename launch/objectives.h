@@ -26,8 +26,6 @@ class Objective {
   // the step's loss: the gradient all-reduce averages.
   virtual Tensor training_loss(nn::Module& model, const Batch& batch) const = 0;
   virtual EvalSums eval_sums(nn::Module& model, const Batch& batch) const = 0;
-  // Samples (images, sequences) in a batch as loaded, before it is uploaded (throughput figures).
-  virtual int64_t samples(const Batch& host_batch) const { return host_batch.size(); }
 };
 
 class ClassificationObjective final : public Objective {
@@ -54,7 +52,6 @@ class MaskedLmObjective final : public Objective {
   MaskedLmObjective(bool packed, int world_size) : packed_(packed), world_size_(world_size) {}
   Tensor training_loss(nn::Module& model, const Batch& batch) const override;
   EvalSums eval_sums(nn::Module& model, const Batch& batch) const override;
-  int64_t samples(const Batch& host_batch) const override;  // sequences
 
   // The MLM logits [rows x slots, V] of the batch's prediction slots.
   Tensor mlm_logits(BertForPreTraining& model, const Batch& batch) const;

@@ -651,7 +651,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = run.train_loader->next();
       if (!batch) break;
-      const int64_t batch_samples = run.objective->samples(*batch);  // images, sequences
+      const int64_t batch_samples = batch->samples();  // images, or sequences
       const StepStats stats = train_step(run, run.train_uploader->upload(*batch), profiler);
       run.train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader

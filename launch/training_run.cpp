@@ -117,16 +117,22 @@ void check_loader_memory(const Config& config, int64_t train_batch, int64_t trai
   }
 }
 
+// The data section's loader threads and buffers; +1 slot: the batch being trained on holds one.
+DataLoaderOptions loader_options(const DataConfig& d, HostAllocator host_allocator) {
+  DataLoaderOptions options;
+  options.num_threads = static_cast<int>(d.loader_threads);
+  options.prefetch = static_cast<int>(d.prefetch) + 1;
+  options.host_allocator = std::move(host_allocator);
+  return options;
+}
+
 // The training loader of a distributed run takes this rank's shard (disjoint across ranks each
 // epoch) in batches of batch_size / world_size, or its fixed shards' batches one after another
 // (NOTE [ Fixed shards ]); evaluation takes this rank's part in order.
 std::unique_ptr<DataLoader> make_loader(const Dataset& dataset, const DataConfig& d, Device cpu, bool train,
                                         uint64_t seed, HostAllocator host_allocator, int rank, int world_size,
                                         const DataPlan& plan, bool fixed_shards) {
-  DataLoaderOptions options;
-  options.num_threads = static_cast<int>(d.loader_threads);
-  options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
-  options.host_allocator = std::move(host_allocator);
+  const DataLoaderOptions options = loader_options(d, std::move(host_allocator));
   if (train && fixed_shards) {
     ShardedBatchSamplerOptions o;
     o.shards = plan.shards;
@@ -214,15 +220,6 @@ DataPlan plan_text_data(const Config& config, const text::MlmDataset& train, con
   return plan;
 }
 
-std::unique_ptr<DataLoader> make_token_loader(const Dataset& dataset, std::unique_ptr<TokenBatchSampler> batches,
-                                              const DataConfig& d, Device cpu, HostAllocator host_allocator) {
-  DataLoaderOptions options;
-  options.num_threads = static_cast<int>(d.loader_threads);
-  options.prefetch = static_cast<int>(d.prefetch) + 1;  // +1: the batch being trained on holds a slot
-  options.host_allocator = std::move(host_allocator);
-  return std::make_unique<DataLoader>(dataset, std::move(batches), cpu, options);
-}
-
 std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_per_epoch) {
   const ScheduleConfig& s = config.schedule;
   LrScheduleOptions o;
@@ -245,9 +242,10 @@ namespace {
 // training, one forward and backward runs on the epoch's largest rank batch (most padded tokens),
 // in the run's precision: a batch that does not fit the device fails now, not hours in, the
 // caching allocators keep blocks of the peak's sizes, and the GPU batch uploader's buffers are
-// sized for the largest batch once (every later batch is a view of their beginning). Nothing of it stays: it runs before the
-// reducer and the optimiser exist, its gradients are dropped and the generator is put back where
-// it was (dropout draws from it), so a run trains the same with or without it.
+// sized for the largest batch once (every later batch is a view of their beginning). Nothing of
+// it stays: it runs before the reducer and the optimiser exist, its gradients are dropped and the
+// generator is put back where it was (dropout draws from it), so a run trains the same with or
+// without it.
 double preallocate(TrainingRun& r, const Config& config) {
   const auto start = std::chrono::steady_clock::now();
   const RankBatch& largest = r.token_batches()->largest_batch();
@@ -275,12 +273,11 @@ double preallocate(TrainingRun& r, const Config& config) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-const TokenBatchSampler* token_batches_of(const TrainingRun& run) {
-  return run.train_loader ? dynamic_cast<const TokenBatchSampler*>(&run.train_loader->batch_sampler()) : nullptr;
-}
 }  // namespace
 
-const TokenBatchSampler* TrainingRun::token_batches() const { return token_batches_of(*this); }
+const TokenBatchSampler* TrainingRun::token_batches() const {
+  return train_loader ? dynamic_cast<const TokenBatchSampler*>(&train_loader->batch_sampler()) : nullptr;
+}
 
 std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world) {
   auto run = std::make_unique<TrainingRun>();
@@ -293,10 +290,6 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   r.world_size = world.group ? world.group->size() : 1;
   r.rank = world.group ? world.group->rank() : 0;
   if (r.world_size > 1) {
-    // Text: the token-batching plan checks data.batch_size itself, and only for fixed batching.
-    DP_CHECK(config.data.dataset == "text" || config.data.batch_size % r.world_size == 0, "data.batch_size ", config.data.batch_size,
-             " is the global batch and must be divisible by the world size ", r.world_size, " (each rank takes ",
-             "batch_size / world_size); choose a multiple of ", r.world_size);
     DP_CHECK(r.device.is_cpu() || (world.device_group != nullptr && world.device_group->size() == r.world_size),
              "train: ", r.device.str(), " on ", r.world_size, " ranks needs a process group for GPU tensors (NCCL) "
              "over the same ranks");
@@ -313,13 +306,17 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     std::unique_ptr<TokenBatchSampler> train_batches, eval_batches;
     r.plan = plan_text_data(config, *r.data.train_text, *r.data.eval_text, r.rank, r.world_size, train_batches,
                             eval_batches);
-    r.train_loader = make_token_loader(r.train_set(), std::move(train_batches), config.data, r.cpu,
-                                       r.train_uploader->host_allocator());
-    r.eval_loader = make_token_loader(r.eval_set(), std::move(eval_batches), config.data, r.cpu,
-                                      r.eval_uploader->host_allocator());
+    r.train_loader = std::make_unique<DataLoader>(r.train_set(), std::move(train_batches), r.cpu,
+                                                  loader_options(config.data, r.train_uploader->host_allocator()));
+    r.eval_loader = std::make_unique<DataLoader>(r.eval_set(), std::move(eval_batches), r.cpu,
+                                                 loader_options(config.data, r.eval_uploader->host_allocator()));
   } else {
     DP_CHECK(config.model.name != "bert", "model.name bert is a masked language model: it trains on data.dataset: "
              "text (got ", config.data.dataset, ")");
+    // (Text runs: the token-batching plan checks data.batch_size, which only fixed batching uses.)
+    DP_CHECK(r.world_size == 1 || config.data.batch_size % r.world_size == 0, "data.batch_size ",
+             config.data.batch_size, " is the global batch and must be divisible by the world size ", r.world_size,
+             " (each rank takes batch_size / world_size); choose a multiple of ", r.world_size);
     r.plan = plan_data(config, *r.data.train_images, r.eval_set(), r.world_size);  // NOTE [ Preflight ]
     r.fixed_shards = config.distributed.shards > 0;
     r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
@@ -366,12 +363,13 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     }
   }
   r.model->train();
-  if (r.data.train_text)
+  if (r.data.train_text) {
     r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
-  else
+    r.preallocation_seconds = preallocate(r, config);  // NOTE [ Pre-allocation ]
+  } else {
     r.objective = std::make_unique<ClassificationObjective>(*r.data.train_images, *r.data.eval_images,
                                                             config.loss.label_smoothing);
-  if (r.data.train_text) r.preallocation_seconds = preallocate(r, config);  // NOTE [ Pre-allocation ]
+  }
   if (r.world_size > 1) {
     broadcast_model_from_rank0(*r.model, *r.model_group);
     ReducerOptions ro;
@@ -415,7 +413,6 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   // the dtypes the forward chose; parameters, gradients and optimiser state stay float32.
   r.autocast = autocast_dtype_of(config.run.precision);
   r.clip_grad_norm = config.optimizer.clip_grad_norm;
-
   return run;
 }
 
@@ -440,7 +437,6 @@ class FrozenRunningStats {
 
 StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profiler) {
   StepStats stats;
-  stats.samples = batch.size();
   const Tensor& lr = run.clock->next_lr();  // on the device: NOTE [ Schedule clock ]
   // NOTE [ Fixed shards ]: this rank's shards one after another, each a forward and a backward.
   const int64_t micro_batches = run.plan.local_shards;

@@ -127,7 +127,6 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
 // figures are host-clock (MPI) and absent in one-process runs.
 struct StepStats {
   Tensor loss;  // float32 [], this rank's mean over its batch
-  int64_t samples = 0;  // this rank's
   std::optional<ReducerStepStats> comm;
 };
 

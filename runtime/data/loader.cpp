@@ -99,7 +99,11 @@ class LoaderState {
 };
 
 LoadedBatch::LoadedBatch(LoadedBatch&& other) noexcept
-    : Batch(std::move(other)), state_(std::move(other.state_)), slot_(other.slot_), index_(other.index_) {}
+    : Batch(std::move(other)),
+      state_(std::move(other.state_)),
+      slot_(other.slot_),
+      index_(other.index_),
+      samples_(other.samples_) {}
 
 LoadedBatch& LoadedBatch::operator=(LoadedBatch&& other) noexcept {
   if (this != &other) {
@@ -108,6 +112,7 @@ LoadedBatch& LoadedBatch::operator=(LoadedBatch&& other) noexcept {
     state_ = std::move(other.state_);
     slot_ = other.slot_;
     index_ = other.index_;
+    samples_ = other.samples_;
   }
   return *this;
 }
@@ -243,8 +248,9 @@ std::optional<LoadedBatch> DataLoader::next() {
   slot.state = SlotState::Lent;
   ++st.next_to_hand;
   const Batch lent = slot.current;
+  const auto samples = static_cast<int64_t>(st.plan.batch(batch).size());
   lock.unlock();
-  return LoadedBatch(lent, state_, s, batch);
+  return LoadedBatch(lent, state_, s, batch, samples);
 }
 
 }  // namespace dp

@@ -583,10 +583,7 @@ TokenBatchSampler::TokenBatchSampler(std::vector<int32_t> lengths, std::vector<i
   DP_CHECK(targets_.empty() || targets_.size() == lengths_.size(), "TokenBatchSampler: ", targets_.size(),
            " target counts for ", lengths_.size(), " sequences");
   const TokenEpochPlan first = plan_token_epoch(lengths_, options_, 0);
-  steps_ = static_cast<int64_t>(first.steps.size());
-  for (const TokenStep& step : first.steps)
-    for (const RankBatch& b : step.ranks)
-      if (b.padded_tokens() > largest_.padded_tokens()) largest_ = b;
+  take_first_plan(first);
   // Balancing deals a step's rows anew every epoch; without it fixed batches hold batch_size /
   // world_size rows, and max_tokens batches (the same every epoch) epoch 0's largest.
   int64_t shortest = std::numeric_limits<int64_t>::max();
@@ -601,6 +598,14 @@ TokenBatchSampler::TokenBatchSampler(std::vector<int32_t> lengths, std::vector<i
     max_rows_ = std::min(rows, options_.max_tokens / padded_row_length(shortest, options_));
   }
   max_rows_ = std::max(max_rows_, first.stats.max_rows);
+}
+
+void TokenBatchSampler::take_first_plan(const TokenEpochPlan& first) {
+  steps_ = static_cast<int64_t>(first.steps.size());
+  max_rows_ = first.stats.max_rows;
+  for (const TokenStep& step : first.steps)
+    for (const RankBatch& b : step.ranks)
+      if (b.padded_tokens() > largest_.padded_tokens()) largest_ = b;
 }
 
 std::unique_ptr<TokenBatchSampler> TokenBatchSampler::for_evaluation(std::span<const int32_t> lengths,
@@ -620,11 +625,7 @@ std::unique_ptr<TokenBatchSampler> TokenBatchSampler::for_evaluation(std::span<c
     sampler->ids_.push_back(i);
   }
   if (sampler->lengths_.empty()) return sampler;  // no batch
-  const TokenEpochPlan first = plan_token_epoch(sampler->lengths_, options, 0);
-  sampler->steps_ = static_cast<int64_t>(first.steps.size());
-  sampler->max_rows_ = first.stats.max_rows;
-  for (const TokenStep& step : first.steps)
-    if (step.ranks[0].padded_tokens() > sampler->largest_.padded_tokens()) sampler->largest_ = step.ranks[0];
+  sampler->take_first_plan(plan_token_epoch(sampler->lengths_, options, 0));
   return sampler;
 }
 
@@ -632,6 +633,10 @@ int64_t TokenBatchSampler::num_batches(int64_t) const { return steps_; }
 
 TokenEpochStats TokenBatchSampler::epoch_stats(int64_t epoch) const {
   if (lengths_.empty()) return {};
+  {
+    std::lock_guard lock(stats_mutex_);
+    if (stats_epoch_ == epoch) return stats_;
+  }
   return plan_token_epoch(lengths_, options_, epoch).stats;
 }
 
@@ -641,6 +646,11 @@ EpochPlan TokenBatchSampler::plan(int64_t epoch) const {
   const TokenEpochPlan plan = plan_token_epoch(lengths_, options_, epoch);
   DP_CHECK(static_cast<int64_t>(plan.steps.size()) == steps_, "TokenBatchSampler: epoch ", epoch, " plans ",
            plan.steps.size(), " steps, epoch 0 planned ", steps_);
+  {
+    std::lock_guard lock(stats_mutex_);
+    stats_epoch_ = epoch;
+    stats_ = plan.stats;
+  }
   out.batch_starts.push_back(0);
   out.row_starts.push_back(0);
   out.batch_row_starts.push_back(0);

@@ -73,6 +73,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -194,7 +195,8 @@ class TokenBatchSampler final : public BatchSampler {
   // Most rows a batch of any epoch may hold: the rows of the largest batch for fixed batching
   // without balancing, else a bound (balancing moves rows between ranks from epoch to epoch).
   int64_t max_batch_size() const override { return max_rows_; }
-  // The whole epoch's plan statistics (all ranks).
+  // The whole epoch's plan statistics (all ranks): those of the latest plan() when it was for
+  // `epoch` (the trainer reads them after the epoch), else planned anew.
   TokenEpochStats epoch_stats(int64_t epoch) const;
   const TokenBatchingOptions& options() const { return options_; }
   // Epoch 0's largest rank batch in padded tokens, and its rows and padded length (pre-allocation).
@@ -202,6 +204,8 @@ class TokenBatchSampler final : public BatchSampler {
 
  private:
   TokenBatchSampler() = default;
+  // Steps, largest batch and buffer rows from epoch 0's plan.
+  void take_first_plan(const TokenEpochPlan& first);
 
   std::vector<int32_t> lengths_, targets_;
   std::vector<int64_t> ids_;  // for_evaluation: the dataset index of each of lengths_; empty: identity
@@ -210,6 +214,9 @@ class TokenBatchSampler final : public BatchSampler {
   int64_t steps_ = 0;
   int64_t max_rows_ = 0;
   RankBatch largest_;
+  mutable std::mutex stats_mutex_;  // plan() and epoch_stats() may run on different threads
+  mutable int64_t stats_epoch_ = -1;
+  mutable TokenEpochStats stats_;  // of stats_epoch_
 };
 
 }  // namespace dp

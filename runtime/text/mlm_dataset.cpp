@@ -128,15 +128,4 @@ Batch MlmDataset::fill_rows(const RowBatch& batch, int64_t epoch, const Batch& b
   return out;
 }
 
-int64_t sequences_in_batch(const Batch& batch) {
-  const Tensor& ids = batch[kSequenceIds];
-  DP_CHECK(ids.device().is_cpu() && ids.is_contiguous() && ids.dim() == 2,
-           "sequences_in_batch: sequence_ids must be a contiguous CPU [rows, length] tensor, got ", ids.str());
-  const int64_t rows = ids.size(0), width = ids.size(1);
-  const int64_t* p = ids.data<int64_t>();
-  int64_t total = 0;
-  for (int64_t r = 0; r < rows; ++r) total += *std::max_element(p + r * width, p + (r + 1) * width);
-  return total;
-}
-
 }  // namespace dp::text

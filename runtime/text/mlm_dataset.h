@@ -75,7 +75,4 @@ class MlmDataset final : public Dataset {
   int64_t total_targets_ = 0;
 };
 
-// The number of sequences in a batch of rows as loaded (the most sequence id of each row, summed).
-int64_t sequences_in_batch(const Batch& batch);
-
 }  // namespace dp::text

@@ -21,6 +21,15 @@
 namespace dp::text {
 namespace {
 
+// The sequences in a loaded batch of rows: the most sequence id of each row, summed.
+int64_t sequences_in_batch(const Batch& batch) {
+  const std::vector<int64_t> ids = batch[kSequenceIds].to_vector<int64_t>();
+  const int64_t rows = batch[kSequenceIds].size(0), width = batch[kSequenceIds].size(1);
+  int64_t total = 0;
+  for (int64_t r = 0; r < rows; ++r) total += *std::max_element(ids.begin() + r * width, ids.begin() + (r + 1) * width);
+  return total;
+}
+
 class MlmDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -143,6 +152,7 @@ TEST_F(MlmDatasetTest, TheLoaderDealsEverySequenceOnceAndEachRankKnowsTheStepsPr
         const RankBatch& planned = plan.steps[step].ranks[rank];
         EXPECT_EQ((*batch)[kInputIds].shape(), (Shape{planned.num_rows(), planned.padded_length}));
         EXPECT_EQ(sequences_in_batch(*batch), static_cast<int64_t>(planned.sequences.size()));
+        EXPECT_EQ(batch->samples(), static_cast<int64_t>(planned.sequences.size()));
         for (const int64_t s : planned.sequences) ++seen[s];
         // Each weight is 1 / the step's predictions over both ranks.
         int64_t step_predictions = 0;
