@@ -113,6 +113,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
                                      {"step", at.step},
                                      {"epoch", at.epoch},
                                      {"step_in_epoch", at.step_in_epoch},
+                                     {"samples", at.samples},
                                      {"world_size", checkpoint.world_size},
                                      {"config_hash", hex_digest(checkpoint.config_hash)},
                                      {"facts", facts},
@@ -169,6 +170,7 @@ Checkpoint load_checkpoint(const std::string& dir, Device device) {
     out.position.step = manifest.at("step").get<int64_t>();
     out.position.epoch = manifest.at("epoch").get<int64_t>();
     out.position.step_in_epoch = manifest.at("step_in_epoch").get<int64_t>();
+    out.position.samples = manifest.value("samples", int64_t{-1});  // absent before it was counted
     out.world_size = manifest.at("world_size").get<int>();
     out.config_hash = std::stoull(manifest.at("config_hash").get<std::string>(), nullptr, 16);
     for (const auto& [k, v] : manifest.at("facts").items()) out.facts[k] = v.get<std::string>();

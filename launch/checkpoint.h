@@ -33,6 +33,9 @@ struct CheckpointPosition {
   int64_t step = 0;           // optimiser steps done
   int64_t epoch = 0;          // 0-based epoch the next step belongs to
   int64_t step_in_epoch = 0;  // steps of that epoch already done
+  // Samples (sequences for text) trained over all ranks since the start; -1: unknown (a
+  // checkpoint written before dptrain counted them; only run.eval_every_samples needs it).
+  int64_t samples = 0;
 };
 
 struct Checkpoint {

@@ -278,6 +278,7 @@ Section<RunConfig> run_section() {
            field("eval_every_epoch", &RunConfig::eval_every_epoch, boolean()),
            field("eval_every", &RunConfig::eval_every, integer_in(1, limits::kMaxEpochs)),
            field("eval_offset", &RunConfig::eval_offset, integer_in(0, limits::kMaxEpochs - 1)),
+           field("eval_every_samples", &RunConfig::eval_every_samples, integer_in(0, limits::kMaxSteps)),
            field("target_accuracy", &RunConfig::target_accuracy, fraction()),
            field("deterministic", &RunConfig::deterministic, boolean()),
            field("allow_tf32", &RunConfig::allow_tf32, boolean()),
@@ -289,6 +290,9 @@ Section<RunConfig> run_section() {
               fail({c.where, "run.eval_offset"}, "expected a number of epochs below run.eval_every (" +
                                                     std::to_string(r.eval_every) + "), got " +
                                                     std::to_string(r.eval_offset));
+            if (r.eval_every_samples > 0 && (r.eval_every != 1 || r.eval_offset != 0 || !r.eval_every_epoch))
+              fail({c.where, "run.eval_every_samples"}, "evaluation is scheduled by samples or by epochs "
+                                                        "(run.eval_every, eval_offset, eval_every_epoch), not both");
             if (r.weights_file == r.metrics_file)
               fail({c.where, "run.weights_file"}, "'" + r.weights_file + "' is run.metrics_file too: choose another "
                                                   "name (or empty for no weights file)");
@@ -439,10 +443,19 @@ Section<ScheduleConfig> schedule_section() {
            field("gamma", &ScheduleConfig::gamma, positive_number()),
            field("min_lr", &ScheduleConfig::min_lr, non_negative_number()),
            field("power", &ScheduleConfig::power, positive_number()),
-           field("count_skipped_steps", &ScheduleConfig::count_skipped_steps, boolean())},
+           field("count_skipped_steps", &ScheduleConfig::count_skipped_steps, boolean()),
+           field("warmup_steps", &ScheduleConfig::warmup_steps, integer_in(0, limits::kMaxSteps)),
+           field("total_steps", &ScheduleConfig::total_steps, integer_in(0, limits::kMaxSteps))},
           [](const ScheduleConfig& s, const Context& c) {
             if (s.name == "step" && s.step_epochs.empty())
               fail({c.where, "schedule.step_epochs"}, "the step schedule needs at least one milestone");
+            if (s.warmup_steps > 0 && s.warmup_epochs > 0)
+              fail({c.where, "schedule.warmup_steps"}, "give the warmup in steps or in epochs "
+                                                       "(schedule.warmup_epochs), not both");
+            if (s.total_steps > 0 && s.warmup_steps > s.total_steps)
+              fail({c.where, "schedule.warmup_steps"}, "expected at most schedule.total_steps (" +
+                                                           std::to_string(s.total_steps) + "), got " +
+                                                           std::to_string(s.warmup_steps));
           }};
 }
 
@@ -748,6 +761,15 @@ std::string to_yaml(const Config& config) {
 }
 
 bool operator==(const Config& a, const Config& b) { return to_yaml(a) == to_yaml(b); }
+
+ScheduleSteps schedule_steps(const Config& config, int64_t steps_per_epoch) {
+  const ScheduleConfig& s = config.schedule;
+  ScheduleSteps out;
+  out.total = s.total_steps > 0 ? s.total_steps : config.run.epochs * steps_per_epoch;
+  out.warmup = s.warmup_steps > 0 ? s.warmup_steps
+                                  : static_cast<int64_t>(std::llround(s.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  return out;
+}
 
 DType autocast_dtype_of(const std::string& precision) {
   if (precision == "bf16") return kBFloat16;

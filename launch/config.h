@@ -69,6 +69,12 @@ struct RunConfig {
   // (MLPerf ResNet: every 4 epochs, the first after 4 - offset).
   int64_t eval_every = 1;
   int64_t eval_offset = 0;
+  // Evaluate instead every time this many samples (sequences for text, over all ranks) have been
+  // trained since the start, and after the last epoch; 0: by epochs (above). MLPerf BERT's
+  // interval is floor(0.05·(230.23·B + 3,000,000)/25,000)·25,000 for a global batch of B
+  // (mlperf_bert_eval_interval, launch/mllog.h). MLLOG then counts in samples (epoch_num =
+  // samples trained, blocks between evaluations).
+  int64_t eval_every_samples = 0;
   // Stop after the evaluation that reaches this test accuracy (a fraction; 0: train all epochs).
   double target_accuracy = 0.0;
   // Bitwise-repeatable runs: rank-ordered gradient sums (NOTE [ Rank-ordered sums ] in
@@ -156,6 +162,10 @@ struct ScheduleConfig {
   double min_lr = 0.0;                // cosine floor; poly / linear end lr
   double power = 2.0;                 // poly exponent
   bool count_skipped_steps = true;    // false: a skipped (overflowed) step does not advance it
+  // In optimiser steps, for recipes written in steps (MLPerf BERT): warmup_steps replaces
+  // warmup_epochs; total_steps is where the decay ends (0: run.epochs × steps per epoch).
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
 };
 
 struct LossConfig {
@@ -215,6 +225,14 @@ struct Config {
   // loss_scale.enabled as given, else on exactly for fp16.
   bool loss_scaling() const { return loss_scale.enabled.value_or(run.precision == "fp16"); }
 };
+
+// The schedule's length and warmup in steps, from the schedule keys (the trainer's LR schedule and
+// the MLLOG hyperparameters both use it).
+struct ScheduleSteps {
+  int64_t total = 0;
+  int64_t warmup = 0;
+};
+ScheduleSteps schedule_steps(const Config& config, int64_t steps_per_epoch);
 
 // Loads `path` and applies overrides "section.key=value" (value parsed as YAML, so
 // `model.mlp_hidden=[512,256]` works). Throws dp::Error with an actionable message.

@@ -188,8 +188,9 @@ PolySchedule poly_schedule(const Config& config, const MlRunFacts& facts, std::s
   DP_CHECK(facts.steps_per_epoch > 0, "MLLOG ", benchmark, " hyperparameters: steps_per_epoch must be positive, got ",
            facts.steps_per_epoch);
   PolySchedule p;
-  p.total_steps = config.run.epochs * facts.steps_per_epoch;
-  p.warmup_steps = std::llround(s.warmup_epochs * static_cast<double>(facts.steps_per_epoch));
+  const ScheduleSteps steps = schedule_steps(config, facts.steps_per_epoch);
+  p.total_steps = steps.total;
+  p.warmup_steps = steps.warmup;
   p.power = s.name == "linear" ? 1.0 : s.power;
   return p;
 }
@@ -251,6 +252,12 @@ void add_bert(std::vector<MlRecord>& r, const Config& config, const MlRunFacts& 
 }
 
 }  // namespace
+
+int64_t mlperf_bert_eval_interval(int64_t global_batch) {
+  DP_CHECK(global_batch > 0, "mlperf_bert_eval_interval: the global batch must be positive, got ", global_batch);
+  const double raw = 0.05 * (230.23 * static_cast<double>(global_batch) + 3'000'000.0);
+  return static_cast<int64_t>(std::floor(raw / 25'000.0)) * 25'000;
+}
 
 std::vector<MlRecord> mllog_hyperparameters(MlBenchmark benchmark, const Config& config, const MlRunFacts& facts) {
   DP_CHECK(facts.gradient_accumulation_steps > 0, "MLLOG hyperparameters: gradient_accumulation_steps must be ",

@@ -20,10 +20,11 @@
 //   5. per epoch e, numbered from 1:
 //        log.start(mllog::kEpochStart, nullptr, {{"epoch_num", e}});
 //        log.end(mllog::kEpochStop, nullptr, {{"epoch_num", e}});
-//      or, when several epochs run between evaluations, per block:
-//        log.start(mllog::kBlockStart, nullptr, {{"first_epoch_num", e}, {"epoch_count", n}});
-//        log.end(mllog::kBlockStop, nullptr, {{"first_epoch_num", e}});
-//   6. at each evaluation, after epoch e (BERT: "epoch_num" is the samples trained so far):
+//      or, evaluating by samples (run.eval_every_samples, MLPerf BERT), per block between
+//      evaluations, s = samples trained over all ranks:
+//        log.start(mllog::kBlockStart, nullptr, {{"samples_count", s}});
+//        log.end(mllog::kBlockStop, nullptr, {{"samples_count", s}});
+//   6. at each evaluation, after epoch e (by samples: "epoch_num" is the samples trained so far):
 //        log.start(mllog::kEvalStart, nullptr, {{"epoch_num", e}});
 //        log.event(mllog::kEvalAccuracy, accuracy, {{"epoch_num", e}});   // a fraction in [0, 1)
 //        log.end(mllog::kEvalStop, nullptr, {{"epoch_num", e}});
@@ -204,5 +205,9 @@ struct MlRunFacts {
 // that break the rules (say lars weight decay 3e-4) are logged as they are: judging them is the
 // checker's job.
 std::vector<MlRecord> mllog_hyperparameters(MlBenchmark benchmark, const Config& config, const MlRunFacts& facts);
+
+// MLPerf BERT's evaluation interval in samples for a global batch of B sequences (the training
+// rules): floor(0.05 · (230.23 · B + 3,000,000) / 25,000) · 25,000 — 150,000 for B = 448.
+int64_t mlperf_bert_eval_interval(int64_t global_batch);
 
 }  // namespace dp

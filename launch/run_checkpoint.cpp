@@ -114,10 +114,15 @@ CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, co
   DP_CHECK(saved_config != checkpoint.facts.end(), where, ": the checkpoint records no configuration");
   const std::map<std::string, std::string> then = config_lines(saved_config->second),
                                            now = config_lines(resume_relevant_config(config));
+  // A key the checkpoint does not name came into dptrain after it was written: the run then
+  // computed what the key's default computes.
+  const std::map<std::string, std::string> defaults = config_lines(resume_relevant_config(Config{}));
   std::string differences;
   int count = 0;
   for (const auto& [key, value] : now) {
     const auto it = then.find(key);
+    const auto default_it = defaults.find(key);
+    if (it == then.end() && default_it != defaults.end() && default_it->second == value) continue;
     const std::string old_value = it == then.end() ? "(absent)" : it->second;
     if (old_value != value && ++count <= 12)
       differences += "\n  " + key + ": " + old_value + " in the checkpoint, " + value + " now";

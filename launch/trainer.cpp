@@ -332,6 +332,29 @@ void check_skipped_run(const Config& config, const GradScaler& scaler, int64_t s
 }
 
 // The epoch's console line and metrics record.
+// An evaluation scheduled by samples (NOTE [ Evaluation schedule ]): its own line and record.
+void report_evaluation(const Config& config, Console& console, MetricsLog* metrics, const Evaluation& eval,
+                       int64_t step, int64_t epoch, int64_t samples, double seconds, bool reached_target) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << "evaluation after " << samples << " samples (step " << step << ", epoch " << epoch << "): test accuracy "
+     << 100.0 * eval.accuracy << " %";
+  os.precision(4);
+  os << " (loss " << eval.loss << ")";
+  os.precision(1);
+  os << ", " << seconds << " s";
+  if (reached_target) {
+    os.precision(2);
+    os << "; target accuracy " << 100.0 * config.run.target_accuracy << " % reached: stopping";
+  }
+  console.line(os.str());
+  if (metrics)
+    metrics->write({{"event", "evaluation"},   {"step", step},          {"epoch", epoch},
+                    {"samples", samples},      {"test_accuracy", eval.accuracy}, {"test_loss", eval.loss},
+                    {"seconds", seconds},      {"reached_target", reached_target}});
+}
+
 void report_epoch(const Config& config, const TrainingRun& run, Console& console, MetricsLog* metrics,
                   StepProfiler& profiler, const EpochReport& e, bool reached_target) {
   std::ostringstream os;
@@ -558,6 +581,16 @@ class Checkpointer {
 TrainReport run_training(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
                          const RunWorld& world, const StopSignals* stop_signals, MllogRun& mllog, int64_t& step) {
   const int world_size = world.group ? world.group->size() : 1;
+  // MLPerf closed BERT fixes the evaluation interval by the global batch (checked on every rank:
+  // only rank 0 logs). With max_tokens batching the batch is not fixed, and the user's choice stands.
+  if (!config.logging.mllog.empty() && config.logging.benchmark == "bert" &&
+      config.logging.submission_division == "closed" && config.data.batching == "fixed") {
+    const int64_t interval = mlperf_bert_eval_interval(config.data.batch_size);
+    DP_CHECK(config.run.eval_every_samples == interval, "run.eval_every_samples: closed-division MLPerf BERT ",
+             "evaluates every floor(0.05 (230.23 B + 3,000,000) / 25,000) 25,000 samples, ", interval,
+             " for data.batch_size ", config.data.batch_size, "; got ", config.run.eval_every_samples,
+             " (set it, or logging.submission_division: open)");
+  }
   // NOTE [ MLLOG call order ] (launch/mllog.h): the submission, then init until run_start.
   if (mllog.log.enabled()) {
     const bool on_cpu = runtime.device(world.device.empty() ? config.run.device : world.device).is_cpu();
@@ -625,6 +658,41 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   int64_t next_skip_check = config.run.max_skipped_steps;
   int64_t skipped_at_last_report = 0;  // the window's skips are those since then
   const double target = config.run.target_accuracy;
+  // NOTE [ Evaluation schedule ]
+  // By epochs (run.eval_every, eval_offset): after the epochs the schedule names, and after the
+  // last. By samples (run.eval_every_samples = N, MLPerf BERT): after the first step at which
+  // the samples trained since the run began (all ranks; a resumed run goes on from the
+  // checkpoint's count) reach the next multiple of N, and after the last epoch. MLLOG then counts
+  // samples: evaluation records carry epoch_num = samples trained, and block_start/block_stop
+  // (samples_count) enclose the training between evaluations instead of epoch_start/epoch_stop.
+  const int64_t eval_interval = config.run.eval_every_samples;
+  const bool by_samples = eval_interval > 0;
+  int64_t samples_trained = start.samples;  // -1: unknown (an older checkpoint)
+  DP_CHECK(!by_samples || samples_trained >= 0, "run.eval_every_samples: the checkpoint '", resume_from,
+           "' does not record how many samples were trained (written by an older dptrain); evaluate by epochs ",
+           "to resume it");
+  int64_t next_eval_at = by_samples ? (samples_trained / eval_interval + 1) * eval_interval : 0;
+  bool block_open = false;  // MLLOG, by samples
+  int64_t evaluated_at_step = -1;
+  Evaluation last_eval;
+  // Evaluates now (every rank), logs it to MLLOG, and stops the run when it reaches the target.
+  auto evaluate_now = [&](int64_t epoch) {
+    if (world_size > 1)
+      sync_buffers(*run.model, *run.model_group,
+                   config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
+    const int64_t counter = by_samples ? samples_trained : epoch;  // MLLOG's epoch_num
+    if (block_open) mllog.log.end(mllog::kBlockStop, nullptr, {{"samples_count", samples_trained}});
+    block_open = false;
+    mllog.log.start(mllog::kEvalStart, nullptr, {{"epoch_num", counter}});
+    last_eval = evaluate(run);
+    mllog.log.event(mllog::kEvalAccuracy, last_eval.accuracy, {{"epoch_num", counter}});
+    mllog.log.end(mllog::kEvalStop, nullptr, {{"epoch_num", counter}});
+    evaluated_at_step = step;
+    if (target > 0 && last_eval.accuracy >= target) {
+      report.reached_target = true;
+      stop = true;  // every rank saw the same reduced accuracy
+    }
+  };
   if (mllog.log.enabled()) {
     MlRunFacts facts;
     facts.steps_per_epoch = steps_per_epoch;
@@ -638,7 +706,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     mllog.log.start(mllog::kRunStart);  // the clock starts; no data has been read yet
   }
   for (int64_t epoch = start.epoch + 1; epoch <= config.run.epochs && !stop; ++epoch) {
-    mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
+    if (!by_samples) mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
     const int64_t first_step = epoch == start.epoch + 1 ? start.step_in_epoch : 0;  // resumed mid-epoch
     run.train_loader->begin_epoch(epoch - 1, first_step);
     profiler.reset();
@@ -651,7 +719,14 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       profiler.begin(Phase::Data);
       std::optional<LoadedBatch> batch = run.train_loader->next();
       if (!batch) break;
+      if (by_samples && !block_open) {
+        mllog.log.start(mllog::kBlockStart, nullptr, {{"samples_count", samples_trained}});
+        block_open = true;
+      }
       const int64_t batch_samples = batch->samples();  // images, or sequences
+      // Over all ranks: the plan's count for batches of rows; fixed-shape batches are equal on
+      // every rank.
+      const int64_t step_samples = batch->step_samples() > 0 ? batch->step_samples() : batch_samples * world_size;
       const StepStats stats = train_step(run, run.train_uploader->upload(*batch), profiler);
       run.train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader
@@ -667,6 +742,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       ++window.steps;
       window.samples += batch_samples;
       epoch_samples += batch_samples;
+      if (samples_trained >= 0) samples_trained += step_samples;
       stop = config.run.max_steps > 0 && step >= config.run.max_steps;
       const bool report_now = step_in_epoch % report_every == 0 || step_in_epoch == steps_per_epoch || stop;
       if (report_now || step_in_epoch % check_every == 0) loss_watch.check(steps_per_epoch);
@@ -674,23 +750,30 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       if (report_now)
         report_progress(config, run, console, metrics, profiler, window, comm, epoch, step, step_in_epoch, stop,
                         skipped_at_last_report);
+      if (by_samples && samples_trained >= next_eval_at) {
+        const Clock::time_point eval_start = Clock::now();
+        evaluate_now(epoch);
+        next_eval_at = (samples_trained / eval_interval + 1) * eval_interval;
+        report_evaluation(config, console, metrics, last_eval, step, epoch, samples_trained, seconds_since(eval_start),
+                          report.reached_target);
+      }
       if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0) {
         const PhaseScope timed(profiler, Phase::Checkpoint);  // its cost shows in the step time
-        checkpointer.save({step, epoch - 1, step_in_epoch});
+        checkpointer.save({step, epoch - 1, step_in_epoch, samples_trained});
       }
       if ((stop_signal = stop_vote.after_step())) break;
       if (stop) break;
     }
     if (stop_signal) {
       // Preemption: the step boundary every rank agreed on is saved, then the run ends.
-      checkpointer.save({step, epoch - 1, step_in_epoch});
+      checkpointer.save({step, epoch - 1, step_in_epoch, samples_trained});
       console.line(std::string("stopped by ") + StopSignals::name(stop_signal) + " after step " + std::to_string(step) +
                    " (epoch " + std::to_string(epoch) + ", step " + std::to_string(step_in_epoch) + " of " +
                    std::to_string(steps_per_epoch) + "); no evaluation; continue with --resume auto");
       break;
     }
 
-    mllog.log.end(mllog::kEpochStop, nullptr, {{"epoch_num", epoch}});
+    if (!by_samples) mllog.log.end(mllog::kEpochStop, nullptr, {{"epoch_num", epoch}});
     EpochReport e;
     e.epoch = epoch;
     e.train_seconds = seconds_since(epoch_start);
@@ -701,33 +784,32 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         run.cpu);
     e.train_loss = totals[0] / world_size;
     e.samples_per_second = totals[1] / e.train_seconds;
-    // run.eval_every / eval_offset (MLPerf's evaluation schedule); always after the last epoch.
-    const bool scheduled = config.run.eval_every_epoch && (epoch + config.run.eval_offset) % config.run.eval_every == 0;
-    if (scheduled || epoch == config.run.epochs || stop) {
-      if (world_size > 1)
-        sync_buffers(*run.model, *run.model_group,
-                     config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
-      mllog.log.start(mllog::kEvalStart, nullptr, {{"epoch_num", epoch}});
-      const Evaluation eval = evaluate(run);
-      mllog.log.event(mllog::kEvalAccuracy, eval.accuracy, {{"epoch_num", epoch}});
-      mllog.log.end(mllog::kEvalStop, nullptr, {{"epoch_num", epoch}});
-      e.test_loss = eval.loss;
-      e.test_accuracy = eval.accuracy;
-      if (target > 0 && eval.accuracy >= target) {
-        report.reached_target = true;
-        stop = true;  // every rank saw the same reduced accuracy
-      }
-    } else {
-      e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+    // NOTE [ Evaluation schedule ]; always after the last epoch (once: not again right after
+    // an evaluation by samples at this step).
+    const bool scheduled = !by_samples && config.run.eval_every_epoch &&
+                           (epoch + config.run.eval_offset) % config.run.eval_every == 0;
+    if ((scheduled || epoch == config.run.epochs || stop) && evaluated_at_step != step) {
+      const Clock::time_point eval_start = Clock::now();
+      evaluate_now(epoch);
+      if (by_samples)
+        report_evaluation(config, console, metrics, last_eval, step, epoch, samples_trained,
+                          seconds_since(eval_start), report.reached_target);
+    }
+    e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+    if (evaluated_at_step == step) {
+      e.test_loss = last_eval.loss;
+      e.test_accuracy = last_eval.accuracy;
     }
     report.epochs.push_back(e);
-    report_epoch(config, run, console, metrics, profiler, e, report.reached_target);
+    report_epoch(config, run, console, metrics, profiler, e, report.reached_target && !by_samples);
     if (config.run.checkpoint_every_epochs > 0 && epoch % config.run.checkpoint_every_epochs == 0 &&
         epoch < config.run.epochs && !stop)
-      checkpointer.save({step, epoch, 0});
+      checkpointer.save({step, epoch, 0, samples_trained});
   }
   if (!stop_signal) stop_vote.finish();  // the vote cast after the last step
+  if (block_open) mllog.log.end(mllog::kBlockStop, nullptr, {{"samples_count", samples_trained}});
   report.steps = step;
+  report.samples = samples_trained;
   report.stop_signal = stop_signal;
   report.peak_rss_mib = peak_rss_mib();
   report.model_digest = model_digest(*run.model, run.cpu);

@@ -36,6 +36,9 @@ struct CommReport {  // averages over the synchronised steps of a distributed ru
 struct TrainReport {
   std::vector<EpochReport> epochs;
   int64_t steps = 0;
+  // Samples (sequences for text) trained over all ranks since the run began, a resumed run's
+  // included; -1 when resumed from a checkpoint that did not count them.
+  int64_t samples = 0;
   int64_t skipped_steps = 0;  // optimiser steps skipped for a gradient overflow
   bool reached_target = false;  // an evaluation reached run.target_accuracy (the run then stopped)
   int stop_signal = 0;  // the signal that stopped the run early (SIGTERM, SIGINT, SIGUSR1), or 0

@@ -224,8 +224,9 @@ std::unique_ptr<LrSchedule> make_schedule(const Config& config, int64_t steps_pe
   const ScheduleConfig& s = config.schedule;
   LrScheduleOptions o;
   o.base_lr = config.optimizer.lr;
-  o.total_steps = config.run.epochs * steps_per_epoch;
-  o.warmup_steps = static_cast<int64_t>(std::llround(s.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  const ScheduleSteps steps = schedule_steps(config, steps_per_epoch);
+  o.total_steps = steps.total;
+  o.warmup_steps = steps.warmup;
   o.gamma = s.gamma;
   o.min_lr = s.min_lr;
   o.power = s.power;

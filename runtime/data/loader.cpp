@@ -103,7 +103,8 @@ LoadedBatch::LoadedBatch(LoadedBatch&& other) noexcept
       state_(std::move(other.state_)),
       slot_(other.slot_),
       index_(other.index_),
-      samples_(other.samples_) {}
+      samples_(other.samples_),
+      step_samples_(other.step_samples_) {}
 
 LoadedBatch& LoadedBatch::operator=(LoadedBatch&& other) noexcept {
   if (this != &other) {
@@ -113,6 +114,7 @@ LoadedBatch& LoadedBatch::operator=(LoadedBatch&& other) noexcept {
     slot_ = other.slot_;
     index_ = other.index_;
     samples_ = other.samples_;
+    step_samples_ = other.step_samples_;
   }
   return *this;
 }
@@ -249,8 +251,9 @@ std::optional<LoadedBatch> DataLoader::next() {
   ++st.next_to_hand;
   const Batch lent = slot.current;
   const auto samples = static_cast<int64_t>(st.plan.batch(batch).size());
+  const int64_t step_samples = st.plan.step_samples.empty() ? 0 : st.plan.step_samples[batch];
   lock.unlock();
-  return LoadedBatch(lent, state_, s, batch, samples);
+  return LoadedBatch(lent, state_, s, batch, samples, step_samples);
 }
 
 }  // namespace dp

@@ -55,18 +55,28 @@ class LoadedBatch : public Batch {
   int64_t index() const { return index_; }  // position in the epoch
   // The samples it holds: its size, or for a batch of rows the sequences in them (the plan's).
   int64_t samples() const { return samples_; }
+  // The samples of this batch's whole step over all ranks when the plan knows them (batches of
+  // rows: EpochPlan::step_samples), else 0.
+  int64_t step_samples() const { return step_samples_; }
   // Returns the buffers to the loader now; the batch is then empty (no tensors).
   void release() noexcept;
 
  private:
   friend class DataLoader;
-  LoadedBatch(const Batch& batch, std::shared_ptr<LoaderState> state, int slot, int64_t index, int64_t samples)
-      : Batch(batch), state_(std::move(state)), slot_(slot), index_(index), samples_(samples) {}
+  LoadedBatch(const Batch& batch, std::shared_ptr<LoaderState> state, int slot, int64_t index, int64_t samples,
+              int64_t step_samples)
+      : Batch(batch),
+        state_(std::move(state)),
+        slot_(slot),
+        index_(index),
+        samples_(samples),
+        step_samples_(step_samples) {}
 
   std::shared_ptr<LoaderState> state_;
   int slot_ = -1;
   int64_t index_ = -1;
   int64_t samples_ = 0;
+  int64_t step_samples_ = 0;
 };
 
 class DataLoader {

@@ -126,16 +126,18 @@ RowBatch EpochPlan::row_batch(int64_t b) const {
 
 void EpochPlan::check_rows() const {
   if (!has_rows()) {
-    DP_CHECK(row_starts.empty() && padded_lengths.empty() && step_targets.empty(),
+    DP_CHECK(row_starts.empty() && padded_lengths.empty() && step_targets.empty() && step_samples.empty(),
              "EpochPlan: row fields without batch_row_starts");
     return;
   }
   const int64_t batches = num_batches();
   DP_CHECK(static_cast<int64_t>(batch_row_starts.size()) == batches + 1 &&
                static_cast<int64_t>(padded_lengths.size()) == batches &&
-               (step_targets.empty() || static_cast<int64_t>(step_targets.size()) == batches),
+               (step_targets.empty() || static_cast<int64_t>(step_targets.size()) == batches) &&
+               (step_samples.empty() || static_cast<int64_t>(step_samples.size()) == batches),
            "EpochPlan: ", batches, " batches but ", batch_row_starts.size(), " batch row starts, ",
-           padded_lengths.size(), " padded lengths, ", step_targets.size(), " step targets");
+           padded_lengths.size(), " padded lengths, ", step_targets.size(), " step targets, ", step_samples.size(),
+           " step sample counts");
   DP_CHECK(!row_starts.empty() && batch_row_starts.front() == 0 &&
                batch_row_starts.back() + 1 == static_cast<int64_t>(row_starts.size()),
            "EpochPlan: the batches' rows do not cover the ", row_starts.size() - 1, " rows");

@@ -90,6 +90,9 @@ struct EpochPlan {
   std::vector<int64_t> batch_row_starts;  // batch b holds rows [batch_row_starts[b], batch_row_starts[b + 1])
   std::vector<int64_t> padded_lengths;    // batch b's rows padded to padded_lengths[b] tokens
   std::vector<int64_t> step_targets;      // RowBatch::step_targets of batch b
+  // Samples of batch b's whole step over all ranks (LoadedBatch::step_samples); empty: not known
+  // to the plan (fixed-shape batches: every rank's batch has the same size).
+  std::vector<int64_t> step_samples;
 
   int64_t num_batches() const { return batch_starts.empty() ? 0 : static_cast<int64_t>(batch_starts.size()) - 1; }
   std::span<const int64_t> batch(int64_t b) const;

@@ -663,11 +663,14 @@ EpochPlan TokenBatchSampler::plan(int64_t epoch) const {
     out.batch_starts.push_back(static_cast<int64_t>(out.indices.size()));
     out.batch_row_starts.push_back(static_cast<int64_t>(out.row_starts.size()) - 1);
     out.padded_lengths.push_back(mine.padded_length);
-    int64_t targets = 0;
-    if (!targets_.empty())
-      for (const RankBatch& b : step.ranks)
+    int64_t targets = 0, samples = 0;
+    for (const RankBatch& b : step.ranks) {
+      samples += static_cast<int64_t>(b.sequences.size());
+      if (!targets_.empty())
         for (const int64_t sequence : b.sequences) targets += targets_[sequence];
+    }
     out.step_targets.push_back(targets);
+    out.step_samples.push_back(samples);
   }
   return out;
 }

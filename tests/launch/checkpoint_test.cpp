@@ -29,7 +29,7 @@ class CheckpointTest : public ::testing::Test {
   std::string checkpoints() const { return (dir_ / "checkpoints").string(); }
   Checkpoint sample(int64_t step) {
     Checkpoint c;
-    c.position = {step, 2, 5};
+    c.position = {step, 2, 5, 4321};
     c.world_size = 2;
     c.config_hash = 0xfedcba9876543210ull;
     c.facts = {{"model", "resnet18"}};
@@ -71,6 +71,7 @@ TEST_F(CheckpointTest, ASaveReadsBackBitForBit) {
   EXPECT_EQ(back.position.step, 12);
   EXPECT_EQ(back.position.epoch, 2);
   EXPECT_EQ(back.position.step_in_epoch, 5);
+  EXPECT_EQ(back.position.samples, 4321);
   EXPECT_EQ(back.world_size, 2);
   EXPECT_EQ(back.config_hash, saved.config_hash);
   EXPECT_EQ(back.facts, saved.facts);
@@ -147,6 +148,10 @@ TEST_F(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedNamingFileAndProblem
   const std::string lacking = fresh(7);
   edit_manifest(lacking, "\"step_in_epoch\"", "\"steps_in_epoch\"");
   EXPECT_ERROR_CONTAINS(load_checkpoint(lacking, cpu_), "lacks or mistypes an entry");
+  // Written before dptrain counted the samples trained: the count is unknown, not an error.
+  const std::string uncounted = fresh(9);
+  edit_manifest(uncounted, "\"samples\"", "\"unknown_key\"");
+  EXPECT_EQ(load_checkpoint(uncounted, cpu_).position.samples, -1);
   const std::string missing_file = fresh(8);
   fs::remove(fs::path(missing_file) / "state.safetensors");
   EXPECT_ERROR_CONTAINS(load_checkpoint(missing_file, cpu_), "state.safetensors' is missing");

@@ -6,6 +6,7 @@
 
 #include "common/expect_error.h"
 #include "launch/config.h"
+#include "launch/mllog.h"
 #include "runtime/core/error.h"
 
 namespace dp {
@@ -180,6 +181,14 @@ TEST(Config, ShippedRecipesLoad) {
     ++loaded;
   }
   EXPECT_GE(loaded, 3);
+  // The MLPerf BERT phase-2 recipe: its evaluation interval is the rules' formula for its batch.
+  const Config bert = load_config((dir / "bert_large.yaml").string());
+  EXPECT_EQ(bert.run.eval_every_samples, mlperf_bert_eval_interval(bert.data.batch_size));
+  EXPECT_EQ(bert.data.batch_size, 448);
+  EXPECT_EQ(bert.data.max_predictions, 76);
+  EXPECT_EQ(schedule_steps(bert, 1).total, 6700);
+  EXPECT_FALSE(bert.schedule.count_skipped_steps);
+  EXPECT_DOUBLE_EQ(bert.loss_scale.init_scale, 1048576.0);
   Config c = load_config((dir / "fashion_mnist.yaml").string());
   EXPECT_EQ(c.model.name, "small_cnn");
   EXPECT_EQ(c.run.epochs, 3);
@@ -427,6 +436,26 @@ TEST(Config, EvaluationScheduleAndTarget) {
   EXPECT_THAT(load_error("run: {eval_every: 4, eval_offset: 4}"),
               HasSubstr("run.eval_offset: expected a number of epochs below run.eval_every (4), got 4"));
   EXPECT_THAT(load_error("run: {target_accuracy: 1}"), HasSubstr("run.target_accuracy: expected a number in [0, 1)"));
+}
+
+// MLPerf BERT evaluates by samples and writes its schedule in steps.
+TEST(Config, EvaluationBySamplesAndScheduleInSteps) {
+  const Config c = config_from_yaml_string("run: {epochs: 3, eval_every_samples: 150000}\n"
+                                           "schedule: {name: linear, warmup_steps: 100, total_steps: 6700}",
+                                           "t.yaml");
+  EXPECT_EQ(c.run.eval_every_samples, 150000);
+  EXPECT_EQ(schedule_steps(c, 5000).total, 6700);  // not epochs x steps per epoch
+  EXPECT_EQ(schedule_steps(c, 5000).warmup, 100);
+  const Config by_epochs = config_from_yaml_string("run: {epochs: 3}\nschedule: {warmup_epochs: 0.5}", "t.yaml");
+  EXPECT_EQ(schedule_steps(by_epochs, 40).total, 120);
+  EXPECT_EQ(schedule_steps(by_epochs, 40).warmup, 20);
+  EXPECT_THAT(load_error("run: {eval_every_samples: 1000, eval_every: 2}"),
+              HasSubstr("run.eval_every_samples: evaluation is scheduled by samples or by epochs"));
+  EXPECT_THAT(load_error("run: {eval_every_samples: -1}"), HasSubstr("run.eval_every_samples: expected"));
+  EXPECT_THAT(load_error("schedule: {warmup_steps: 10, warmup_epochs: 1}"),
+              HasSubstr("schedule.warmup_steps: give the warmup in steps or in epochs"));
+  EXPECT_THAT(load_error("schedule: {warmup_steps: 10, total_steps: 5}"),
+              HasSubstr("schedule.warmup_steps: expected at most schedule.total_steps (5), got 10"));
 }
 
 TEST(Config, LoggingSection) {

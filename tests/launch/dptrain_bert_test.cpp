@@ -44,6 +44,15 @@ class Bert : public ::testing::Test {
                                                            "optimizer: {name: adamw, lr: 0.002}\n");
     return " --config " + config + " --set run.output_dir=" + (scratch_.path() / out).string() + " " + extra;
   }
+  // configs/bert_large.yaml (the MLPerf phase-2 recipe) cut to BERT-tiny on the built-in corpus,
+  // fp32 on the CPU, global batch 32, no phase-1 checkpoint; `extra` are more --set arguments.
+  std::string large_recipe(const std::string& out, const std::string& extra) const {
+    return dptrain_binary() + " --config " + DPTRAIN_SOURCE_DIR + "/configs/bert_large.yaml --set model.size=tiny "
+           "--set model.init_from='\"\"' --set data.root=" + shards() + " --set data.max_seq_length=64 "
+           "--set data.max_predictions=10 --set data.batch_size=32 --set data.loader_threads=1 "
+           "--set run.device=cpu --set run.precision=fp32 --set run.threads=1 --set run.log_every=10 "
+           "--set run.output_dir=" + (scratch_.path() / out).string() + " " + extra;
+  }
   dp::testing::ScratchDir scratch_{"dptrain_bert"};
 };
 
@@ -131,6 +140,68 @@ TEST_F(Bert, AResumedRunEndsWithTheUninterruptedModel) {
   EXPECT_THAT(second.output, HasSubstr("after step 15 (epoch 1, step 15 of "));
   EXPECT_EQ(dp::testing::model_digest(second.output), dp::testing::model_digest(whole.output));
   EXPECT_NE(dp::testing::model_digest(first.output), dp::testing::model_digest(whole.output));
+}
+
+// The values of `key` in an MLLOG file's records (e.g. the eval_accuracy records' epoch_num).
+std::vector<int64_t> mllog_metadata(const std::string& log, const std::string& key, const std::string& field) {
+  std::vector<int64_t> out;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"key\": \"" + key + "\"") == std::string::npos) continue;
+    const size_t at = line.find("\"" + field + "\": ");
+    if (at != std::string::npos) out.push_back(std::stoll(line.substr(at + field.size() + 4)));
+  }
+  return out;
+}
+
+// MLPerf BERT's evaluation schedule: every N samples (sequences over all ranks), MLLOG counting
+// samples; a resumed run goes on counting from its checkpoint, and evaluating changes nothing.
+TEST_F(Bert, TheLargeRecipeEvaluatesEveryNSamplesAndAResumedRunKeepsTheCount) {
+  const std::string common = "--set logging.submission_division=open --set run.eval_every_samples=400 "
+                             "--set schedule.total_steps=30";
+  const auto whole = run_program(large_recipe("whole", common + " --set run.max_steps=30"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  // 32 sequences a step: 400 is passed at step 13 (416), 800 at step 25; the last step, 30, too.
+  EXPECT_THAT(whole.output, HasSubstr("evaluation after 416 samples (step 13, epoch 1): test accuracy "));
+  EXPECT_THAT(whole.output, HasSubstr("evaluation after 800 samples (step 25, epoch 1): test accuracy "));
+  EXPECT_THAT(whole.output, HasSubstr("evaluation after 960 samples (step 30, epoch 1): test accuracy "));
+  const std::string log = dp::testing::read_text_file(scratch_.path() / "whole" / "mllog.log");
+  EXPECT_EQ(mllog_metadata(log, "eval_accuracy", "epoch_num"), (std::vector<int64_t>{416, 800, 960}));
+  EXPECT_EQ(mllog_metadata(log, "block_start", "samples_count"), (std::vector<int64_t>{0, 416, 800}));
+  EXPECT_EQ(mllog_metadata(log, "block_stop", "samples_count"), (std::vector<int64_t>{416, 800, 960}));
+  EXPECT_EQ(log.find("\"epoch_start\""), std::string::npos) << "blocks replace epochs when counting samples";
+  EXPECT_THAT(log, HasSubstr("\"key\": \"opt_learning_rate_training_steps\", \"value\": 30,"));
+  const auto check = run_program(dptrain_binary() + " check-mllog " + (scratch_.path() / "whole" / "mllog.log").string() +
+                                 " --benchmark bert");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_THAT(dp::testing::read_text_file(scratch_.path() / "whole" / "metrics.jsonl"),
+              HasSubstr("\"event\":\"evaluation\",\"reached_target\":false,\"samples\":800,"));
+
+  const std::string parts = common + " --set run.checkpoint_every=10";
+  const auto first = run_program(large_recipe("parts", parts + " --set run.max_steps=20"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_program(large_recipe("parts", parts + " --set run.max_steps=30 --resume auto"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("after step 20 (epoch 1, step 20 of "));
+  EXPECT_THAT(second.output, HasSubstr("evaluation after 800 samples (step 25, epoch 1)"));
+  EXPECT_THAT(second.output, HasSubstr("evaluation after 960 samples (step 30, epoch 1)"));
+  EXPECT_EQ(dp::testing::model_digest(second.output), dp::testing::model_digest(whole.output));
+}
+
+TEST_F(Bert, TheLargeRecipeStopsAtItsTargetAndKeepsTheClosedDivisionInterval) {
+  // LAMB at lr 0.01 passes 3 % masked-LM accuracy (the commonest tokens) within 10 steps.
+  const auto r = run_program(large_recipe("target", "--set logging.submission_division=open "
+                                                    "--set run.eval_every_samples=320 --set run.max_steps=60 "
+                                                    "--set optimizer.lr=0.01 --set run.target_accuracy=0.03"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("target accuracy 3.00 % reached: stopping"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("done: 60 steps")));
+  EXPECT_THAT(dp::testing::read_text_file(scratch_.path() / "target" / "mllog.log"), HasSubstr("\"status\": \"success\""));
+  // Closed division: the rules' interval for the batch (150,000 for 32 sequences), nothing else.
+  const auto closed = run_program(large_recipe("closed", "--set run.eval_every_samples=400"));
+  EXPECT_NE(closed.exit_code, 0);
+  EXPECT_THAT(closed.output, HasSubstr("run.eval_every_samples: closed-division MLPerf BERT evaluates every "));
+  EXPECT_THAT(closed.output, HasSubstr("150000 for data.batch_size 32; got 400"));
 }
 
 TEST_F(Bert, BadTextInputIsOneClearError) {

@@ -201,6 +201,25 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   EXPECT_TRUE(fs::exists(out() / "checkpoints.earlier.1" / "step_000000003" / "checkpoint.json"));
 }
 
+// A checkpoint written before a configuration key existed: its run computed what the key's default
+// computes, so it resumes at the default and is refused at any other value.
+TEST_F(Resume, AKeyNewerThanTheCheckpointResumesAtItsDefault) {
+  const std::string cfg = config("optimizer: {name: sgd, lr: 0.05}\n");
+  ASSERT_EQ(dptrain("--config " + cfg + " --set run.max_steps=3 --set run.checkpoint_every=3").exit_code, 0);
+  const fs::path manifest = out() / "checkpoints" / "step_000000003" / "checkpoint.json";
+  std::string text = dp::testing::read_text_file(manifest);
+  const std::string line = "\\n  eval_every_samples: 0";  // as JSON escapes the recorded YAML
+  const size_t at = text.find(line);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.erase(at, line.size());
+  std::ofstream(manifest, std::ios::trunc) << text;
+  const ProgramResult other = dptrain("--config " + cfg + " --set run.eval_every_samples=1000 --resume auto");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.output, HasSubstr("run.eval_every_samples: (absent) in the checkpoint, 1000 now"));
+  const ProgramResult same = dptrain("--config " + cfg + " --set run.max_steps=4 --resume auto");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
 // A full disk during a save: a clear error naming the file, the earlier checkpoint intact and
 // loadable, the metrics file ending with the error. Needs a small tmpfs (root may mount one).
 TEST_F(Resume, AFullDiskKeepsTheEarlierCheckpoint) {

@@ -202,6 +202,17 @@ schedule: {name: linear, warmup_epochs: 0.5, power: 3}
   EXPECT_EQ(mllog_hyperparameters(MlBenchmark::kBert, c, f), expected);
 }
 
+// The rules' formula, floor(0.05 (230.23 B + 3e6) / 25e3) 25e3, worked by hand.
+TEST(MllogHyperparameters, BertEvaluationInterval) {
+  EXPECT_EQ(mlperf_bert_eval_interval(448), 150000);    // 0.05 x 3,103,143.04 = 155,157 -> 6 x 25,000
+  EXPECT_EQ(mlperf_bert_eval_interval(1), 150000);      // the floor: 150,000 for any small batch
+  EXPECT_EQ(mlperf_bert_eval_interval(4096), 175000);   // 197,151.1 -> 7
+  EXPECT_EQ(mlperf_bert_eval_interval(8192), 225000);   // 244,302.2 -> 9
+  EXPECT_EQ(mlperf_bert_eval_interval(10863), 275000);  // 275,049.4 -> 11, just past the step
+  EXPECT_EQ(mlperf_bert_eval_interval(10858), 250000);  // 274,991.9 -> 10, just before it
+  EXPECT_ERROR_CONTAINS(mlperf_bert_eval_interval(0), "must be positive");
+}
+
 TEST(MllogHyperparameters, RefusesWhatTheBenchmarkKeysCannotDescribe) {
   const MlRunFacts f = imagenet_facts();
   Config adamw = lars_config();

@@ -144,7 +144,7 @@ TEST_F(MlmDatasetTest, TheLoaderDealsEverySequenceOnceAndEachRankKnowsTheStepsPr
     std::vector<int64_t> predicted_per_step(plan.steps.size(), 0);
     for (int rank = 0; rank < 2; ++rank) {
       DataLoader loader(data, std::make_unique<TokenBatchSampler>(lengths, data.targets(), o, rank), runtime_.cpu(),
-                        {.num_threads = 1, .prefetch = 2});
+                        {.num_threads = 1, .prefetch = 2, .host_allocator = {}});
       loader.begin_epoch(1);
       ASSERT_EQ(loader.num_batches(), static_cast<int64_t>(plan.steps.size()));
       int64_t step = 0;
@@ -155,9 +155,12 @@ TEST_F(MlmDatasetTest, TheLoaderDealsEverySequenceOnceAndEachRankKnowsTheStepsPr
         EXPECT_EQ(batch->samples(), static_cast<int64_t>(planned.sequences.size()));
         for (const int64_t s : planned.sequences) ++seen[s];
         // Each weight is 1 / the step's predictions over both ranks.
-        int64_t step_predictions = 0;
-        for (const RankBatch& b : plan.steps[step].ranks)
+        int64_t step_predictions = 0, step_sequences = 0;
+        for (const RankBatch& b : plan.steps[step].ranks) {
+          step_sequences += static_cast<int64_t>(b.sequences.size());
           for (const int64_t s : b.sequences) step_predictions += data.targets()[s];
+        }
+        EXPECT_EQ(batch->step_samples(), step_sequences) << "the step's sequences on both ranks";
         int64_t mine = 0;
         for (const float w : (*batch)[kMlmWeights].to_vector<float>()) {
           if (w == 0.0f) continue;
