@@ -14,13 +14,6 @@ namespace dp {
 
 namespace {
 
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Python's round(): half to even (the default floating-point rounding mode).
 int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
 
@@ -28,15 +21,13 @@ int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
 
 SampleRng::SampleRng(uint64_t seed, int64_t epoch, int64_t index) {
   // Three words mixed in turn: distinct (seed, epoch, index) give unrelated streams.
-  uint64_t x = seed;
-  state_ = splitmix64(x);
-  x = state_ ^ static_cast<uint64_t>(epoch);
-  state_ = splitmix64(x);
-  x = state_ ^ static_cast<uint64_t>(index);
-  state_ = splitmix64(x);
+  uint64_t key = SplitMix64(seed).next();
+  key = SplitMix64(key ^ static_cast<uint64_t>(epoch)).next();
+  key = SplitMix64(key ^ static_cast<uint64_t>(index)).next();
+  rng_ = SplitMix64(key);
 }
 
-uint64_t SampleRng::next_u64() { return splitmix64(state_); }
+uint64_t SampleRng::next_u64() { return rng_.next(); }
 
 double SampleRng::uniform(double low, double high) {
   const double u = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;  // [0, 1)

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/splitmix64.h"
+
 namespace dp {
 
 // A counter-based random stream for one sample's augmentation: its draws depend only on
@@ -22,7 +24,7 @@ class SampleRng {
   int64_t integer(int64_t low, int64_t high);  // [low, high), high > low
 
  private:
-  uint64_t state_;
+  SplitMix64 rng_{0};
 };
 
 // A crop rectangle in pixels of the image it is taken from.

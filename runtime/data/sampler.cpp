@@ -6,17 +6,13 @@
 #include <random>
 
 #include "runtime/core/error.h"
+#include "runtime/core/splitmix64.h"
 
 namespace dp {
 namespace {
 
-// SplitMix64's finaliser: a bijective mix, so distinct (seed, epoch) give distinct streams.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// SplitMix64's first number from x: a bijective mix, so distinct (seed, epoch) give distinct streams.
+uint64_t mix64(uint64_t x) { return SplitMix64(x).next(); }
 
 // Uniform on [0, bound) without modulo bias (Lemire 2019), identical on every platform.
 uint64_t bounded_draw(std::mt19937_64& rng, uint64_t bound) {

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/core/splitmix64.h"
 #include "runtime/text/wordpiece.h"
 
 namespace dp::text {
@@ -157,28 +158,5 @@ struct Sequences {
 // and the corpus only (not on threads or on how the corpus was read). Needs [CLS] and [SEP] in
 // `vocab`; throws dp::Error for bad options and for a corpus without a document.
 Sequences make_sequences(const TokenizedCorpus& corpus, const Vocabulary& vocab, const SequenceOptions& options);
-
-// The same random numbers make_sequences and mlm_masking use: SplitMix64 (Steele, Lea and
-// Flood, 2014), a counter-based generator: the k-th number of a stream is a fixed mix of
-// key + k * golden ratio, so a stream is a pure function of its key.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t key) : state_(key) {}
-  // The key for the stream of (a, b, c), each mixed in turn, so nearby tuples give unrelated
-  // streams.
-  static uint64_t key(uint64_t a, uint64_t b = 0, uint64_t c = 0);
-  static uint64_t mix(uint64_t z);
-
-  uint64_t next() { return mix(state_ += 0x9E3779B97F4A7C15ull); }
-  // Uniform in [0, n), n > 0, without modulo bias (Lemire's multiply-shift with rejection).
-  uint64_t below(uint64_t n);
-  // Uniform in [lo, hi], inclusive (Python's random.randint).
-  int64_t between(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1)); }
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
 
 }  // namespace dp::text

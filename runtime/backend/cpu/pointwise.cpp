@@ -4,23 +4,11 @@
 #include <cmath>
 #include <type_traits>
 
-// NOTE [ Vector math from glibc's libmvec ]
-// One scalar erff/expf call per element kept GELU, its gradient and the other exp-based ops
-// scalar (a tenth of a BERT step). glibc's libmvec has vector forms of both (documented at
-// ≤ 2 ulp, as the scalar ones); declaring them simd lets GCC call _ZGVeN16v_erff and friends
-// from vectorised loops, as glibc's own headers do under -ffast-math, without its other
-// licences. Float32 only: float64 keeps the scalar functions.
-extern "C" {
-#pragma omp declare simd notinbranch
-float erff(float);
-#pragma omp declare simd notinbranch
-float expf(float);
-}
-
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
 #include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/strided_loop.h"
+#include "runtime/backend/cpu/vector_math.h"
 
 namespace dp {
 
