@@ -39,13 +39,15 @@ class CpuBlockCache {
   size_t cached_bytes_ = 0;
 };
 
-enum class CpuGemm : uint8_t { OpenBlas, Eigen };
+// float32 GEMM: oneDNN (NOTE [ CPU float32 GEMM on oneDNN ] in gemm.cpp), OpenBLAS or Eigen;
+// float64 always OpenBLAS but with Eigen.
+enum class CpuGemm : uint8_t { OneDnn, OpenBlas, Eigen };
 
 class CpuBackend final : public Backend {
  public:
   // num_threads: OpenMP threads for parallel kernels (and GEMM). conv: oneDNN or im2col
   // convolutions (NOTE [ CPU convolution on oneDNN ]); unset: DPTRAIN_CPU_CONV, else auto.
-  explicit CpuBackend(int num_threads = 1, CpuGemm gemm = CpuGemm::OpenBlas,
+  explicit CpuBackend(int num_threads = 1, CpuGemm gemm = CpuGemm::OneDnn,
                       std::optional<cpu::ConvPath> conv = std::nullopt);
   int num_threads() const { return num_threads_; }
   void set_num_threads(int n);

@@ -1,7 +1,21 @@
-// GEMM through OpenBLAS (cblas) or Eigen, row-major. Transposed operands are passed as
+// GEMM through oneDNN, OpenBLAS (cblas) or Eigen, row-major. Transposed operands are passed as
 // transposes, never copied.
+//
+// NOTE [ CPU float32 GEMM on oneDNN ]
+// oneDNN's sgemm (its JIT AVX-512 kernels; Debian's libdnnl, already here for bfloat16 and
+// convolutions) runs a transformer's GEMMs — thin [tokens, 128..512] products, their weight
+// gradients, the MLM decoder's [predictions, vocabulary] — 1.2 to 2.7 times as fast as OpenBLAS
+// 0.3.21 on the Zen 5 VM (bench/RESULTS.md, "CPU float32 GEMM"). It is the default
+// (CpuGemm::OneDnn) for float32 products of at least kOneDnnMinMacs multiply-adds; OpenBLAS keeps
+// smaller ones (its small-matrix kernels are quicker there: attention's per-head products of short
+// sequences) and float64 (oneDNN has no dgemm). Called inside a parallel region (one product per
+// thread) oneDNN runs on the calling thread; outside, on num_threads. Which library computes a
+// product depends only on its shape, so runs stay bit-repeatable for a fixed thread count.
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+
+#include <atomic>
 
 #include <Eigen/Core>
 
@@ -9,6 +23,7 @@
 #include "runtime/backend/cpu/compute_operands.h"
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/omp_threads_scope.h"
 
 namespace dp {
 
@@ -63,6 +78,22 @@ void openblas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, in
   } else {
     cblas_dgemm(CblasRowMajor, la.trans, lb.trans, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, N);
   }
+}
+
+constexpr int64_t kOneDnnMinMacs = int64_t(1) << 18;
+
+// oneDNN for float32 products of kOneDnnMinMacs or more, else OpenBLAS. Returns oneDNN's status
+// (never throws: it may run inside a parallel region).
+template <typename T>
+dnnl_status_t onednn_gemm(const MatrixLayout& la, const MatrixLayout& lb, int64_t M, int64_t N, int64_t K, T alpha,
+                          const T* a, const T* b, T beta, T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (M * N * K >= kOneDnnMinMacs)
+      return dnnl_sgemm(la.trans == CblasTrans ? 'T' : 'N', lb.trans == CblasTrans ? 'T' : 'N', M, N, K, alpha, a,
+                        la.ld, b, lb.ld, beta, c, N);
+  }
+  openblas_gemm(la, lb, M, N, K, alpha, a, b, beta, c);
+  return dnnl_success;
 }
 
 // Many small products: one per thread (the library then runs single-threaded inside the
@@ -135,10 +166,23 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
       return;
     }
     const bool batch_parallel = one_product_per_thread(batch, M, N, K, num_threads_);
-    auto one = gemm_ == CpuGemm::Eigen ? &eigen_gemm<T> : &openblas_gemm<T>;
     if (gemm_ == CpuGemm::Eigen) Eigen::setNbThreads(batch_parallel ? 1 : num_threads_);
+    std::atomic<int> failure{dnnl_success};  // the first oneDNN error, raised after the loop
     auto product = [&](int64_t i) {
-      one(la, lb, M, N, K, static_cast<T>(alpha), ap + i * sa, bp + i * sb, static_cast<T>(beta), cp + i * M * N);
+      const T* ai = ap + i * sa;
+      const T* bi = bp + i * sb;
+      T* ci = cp + i * M * N;
+      const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+      switch (gemm_) {
+        case CpuGemm::Eigen: eigen_gemm(la, lb, M, N, K, al, ai, bi, be, ci); break;
+        case CpuGemm::OpenBlas: openblas_gemm(la, lb, M, N, K, al, ai, bi, be, ci); break;
+        case CpuGemm::OneDnn: {
+          const dnnl_status_t status = onednn_gemm(la, lb, M, N, K, al, ai, bi, be, ci);
+          int expected = dnnl_success;
+          if (status != dnnl_success) failure.compare_exchange_strong(expected, status);
+          break;
+        }
+      }
     };
     if (batch_parallel) {
 #pragma omp parallel for num_threads(num_threads_) schedule(static)
@@ -146,8 +190,11 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
     } else {
       // Not inside even an inactive `omp parallel ... if(false)`: BLAS's own region would then be
       // nested, and libgomp starts fresh threads for every nested team instead of reusing its pool.
+      const OmpThreadsScope team(num_threads_);  // oneDNN's team
       for (int64_t i = 0; i < batch; ++i) product(i);
     }
+    DP_CHECK(failure.load() == dnnl_success, "gemm: oneDNN's sgemm failed with status ", failure.load(), " on [", M,
+             ", ", K, "] x [", K, ", ", N, "]", batch > 1 ? " (batched)" : "");
   });
 }
 
