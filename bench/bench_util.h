@@ -45,6 +45,25 @@ inline Timing time_it(const std::function<void()>& fn, int warmup, int iters) {
   return {ms[ms.size() / 2], ms.front(), iters};
 }
 
+// GPU timing: `warmup` steps, then `iters` samples of `block` steps each, queued back to back
+// between two device synchronisations (a step only queues kernels); milliseconds per step.
+// `synchronize` is the device's (Backend::synchronize).
+inline Timing time_blocks(const std::function<void()>& step, const std::function<void()>& synchronize, int warmup,
+                          int iters, int block) {
+  for (int i = 0; i < warmup; ++i) step();
+  synchronize();
+  std::vector<double> ms;
+  ms.reserve(iters);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < block; ++k) step();
+    synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / block);
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), iters};
+}
+
 // One JSON line for a kernel pass: {"name": ..., "pass": ..., "median_ms": ..., "min_ms": ...}.
 inline void print_pass_timing(const char* name, const char* pass, const Timing& t) {
   std::printf("{\"name\": \"%s\", \"pass\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f}\n", name, pass,

@@ -6,6 +6,13 @@ masked positions (gathered before the MLM head), cross-entropy, backward, AdamW,
 zero_grad(set_to_none); dropout on. JSON lines on stdout.
 
     env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/bert_reference.py [--threads 2] [--iters 10]
+    python3 bench/bert_reference.py --device cuda --precision bf16 [--block 10]   (a GPU, PyTorch 2.x)
+
+On a GPU a sample is --block steps queued back to back between two torch.cuda.synchronize()
+calls (bert_step_bench's timing), forward and loss under torch.autocast with --precision bf16 or
+fp16 (no loss scaling: the step time is the point); the cases marked gpu_only run there only.
+Attention is the plain-torch Hugging Face layout (matmul, masked softmax, matmul), "eager" in
+Hugging Face's terms, as dptrain's own.
 """
 import argparse
 import json
@@ -20,8 +27,10 @@ import torch
 
 from make_bert_fixtures import BertForPreTraining
 
-SIZES = {"tiny": (2, 128), "mini": (4, 256)}  # layers, hidden (Google's presets; heads = hidden / 64)
-CASES = [("bert_tiny_b32_s128", "tiny", 32, 128), ("bert_mini_b16_s128", "mini", 16, 128)]
+SIZES = {"tiny": (2, 128), "mini": (4, 256), "base": (12, 768), "large": (24, 1024)}  # layers, hidden (heads = hidden / 64)
+# name, size, batch, sequence, gpu_only (bert_step_bench.cpp's cases)
+CASES = [("bert_tiny_b32_s128", "tiny", 32, 128, False), ("bert_mini_b16_s128", "mini", 16, 128, False),
+         ("bert_base_b32_s512", "base", 32, 512, True), ("bert_large_b16_s512", "large", 16, 512, True)]
 
 
 def inputs(batch, seq):
@@ -53,38 +62,58 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--only", default="")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--block", type=int, default=10, help="GPU: steps per timed sample")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    for name, size, batch, seq in CASES:
-        if not name.startswith(args.only):
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    if autocast_dtype is not None and not cuda:
+        ap.error("--precision bf16/fp16 is for --device cuda (PyTorch 1.13's CPU autocast leaves this model's "
+                 "LayerNorm with mixed dtypes)")
+    for case_name, size, batch, seq, gpu_only in CASES:
+        name = case_name if args.precision == "fp32" else f"{case_name}_{args.precision}"
+        if not name.startswith(args.only) or (gpu_only and not cuda):
             continue
         layers, hidden = SIZES[size]
         config = dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
                       num_attention_heads=hidden // 64, intermediate_size=4 * hidden, max_position_embeddings=512,
                       type_vocab_size=2, layer_norm_eps=1e-12, initializer_range=0.02)
         torch.manual_seed(0)
-        model = BertForPreTraining(config).train()  # dropout 0.1; its pooler's [B, H] dense is noise here
+        model = BertForPreTraining(config).train().to(device)  # dropout 0.1; its pooler's [B, H] dense is noise here
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-        ids, key_mask, masked, labels = inputs(batch, seq)
+        ids, key_mask, masked, labels = (t.to(device) for t in inputs(batch, seq))
         types = torch.zeros_like(ids)
 
         def step():
-            hidden_states, _ = model.bert(ids, types, key_mask)
-            picked = hidden_states.reshape(batch * seq, hidden).index_select(0, masked)
-            loss = torch.nn.functional.cross_entropy(model.cls.predictions(picked), labels)
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                hidden_states, _ = model.bert(ids, types, key_mask)
+                picked = hidden_states.reshape(batch * seq, hidden).index_select(0, masked)
+                loss = torch.nn.functional.cross_entropy(model.cls.predictions(picked), labels)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
         for _ in range(args.warmup):
             step()
+        block = args.block if cuda else 1
         ms = []
         for _ in range(args.iters):
+            if cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            step()
-            ms.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"name": name, "median_ms": round(statistics.median(ms), 3), "min_ms": round(min(ms), 3),
-                          "iters": args.iters, "threads": args.threads, "torch": torch.__version__}), flush=True)
+            for _ in range(block):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+            ms.append((time.perf_counter() - t0) * 1e3 / block)
+        record = {"name": name, "median_ms": round(statistics.median(ms), 3), "min_ms": round(min(ms), 3),
+                  "iters": args.iters, "threads": args.threads, "torch": torch.__version__}
+        if cuda:
+            record.update(device=torch.cuda.get_device_name(), block=block)
+        print(json.dumps(record), flush=True)
 
 
 if __name__ == "__main__":

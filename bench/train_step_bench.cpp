@@ -55,24 +55,6 @@ const Case kCases[] = {
     {"resnet50_224_b8", "resnet50", {8, 3, 224, 224}, /*gpu_only=*/false, /*num_classes=*/1000},
 };
 
-// GPU timing: --warmup steps, then --iters samples of `block` steps each between two
-// synchronize() calls; milliseconds per step.
-dp::bench::Timing time_blocks(const std::function<void()>& step, dp::Device device, int warmup, int iters,
-                              int block) {
-  for (int i = 0; i < warmup; ++i) step();
-  device.backend().synchronize();
-  std::vector<double> ms;
-  ms.reserve(iters);
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < block; ++k) step();
-    device.backend().synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / block);
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front(), iters};
-}
-
 double rss_mib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -147,7 +129,8 @@ int main(int argc, char** argv) {
       sgd.zero_grad(true);
     };
     if (device.is_cuda() && memory_steps == 0) {
-      dp::bench::Timing t = time_blocks(step, device, warmup, iters, block);
+      dp::bench::Timing t =
+          dp::bench::time_blocks(step, [&] { device.backend().synchronize(); }, warmup, iters, block);
       std::printf("{\"name\": \"%s\", \"device\": \"%s\", \"tf32\": %s, \"median_ms\": %.4f, "
                   "\"min_ms\": %.4f, \"iters\": %d, \"block\": %d, \"warmup\": %d}\n",
                   c.name, device.str().c_str(), tf32 ? "true" : "false", t.median_ms, t.min_ms, t.iters, block,

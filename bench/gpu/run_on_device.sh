@@ -22,7 +22,7 @@ GPU_DIR="$ROOT/bench/gpu"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-device}"
 BUNDLE="$BUILD_DIR/bundle.tar.xz"
 # Programs to build and carry (CMake targets).
-TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench}"
+TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench bert_step_bench}"
 CARRY_LIMIT_BYTES=$((64 * 1024 * 1024))         # the device tool carries 64 MiB in all
 DATASET_DIR="${DATASET_DIR:-/usr/share/datasets/fashion-mnist}"
 # Provided by the GPU machine, never carried (matched on the library file name).
@@ -341,6 +341,8 @@ test_on_device() {
 #   nccl_tests comm_nccl_tests with one rank (MPI singleton on the carried Open MPI)
 #   train      dptrain --config configs/fashion_mnist.yaml --set run.device=cuda: 3 epochs, ≥ 89.5 %
 #   bench      train_step_bench --device cuda --tf32 and torch_gpu_step.py, then the ratio table
+#   bert       bert_step_bench and bench/bert_reference.py --device cuda --precision bf16 (BERT tiny to
+#              large, the large at sequence 512), then their ratio table
 #   memcheck   compute-sanitizer --tool memcheck on OpHarness/CudaVsCpu.* (last: it gets what is left)
 # Exit: 0 all passed on a GPU; 1 a step failed; 3 no GPU was seen (nothing on a GPU was proven).
 PROVE_BUDGET_S="${PROVE_BUDGET_S:-555}"
@@ -553,6 +555,45 @@ bench_step() {
   fi
 }
 
+# BERT's training step in bf16 next to PyTorch's (the same Hugging Face layout, eager attention).
+bert_step() {
+  local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/bert_step_bench"
+  local args=(--device cuda --precision bf16 --warmup "${BERT_WARMUP:-5}" --iters "${BERT_ITERS:-10}"
+    --block "${BERT_BLOCK:-5}")
+  if [[ -x "$bin" ]]; then
+    limited "$STAGE/bert_dptrain.log" 60 "${CARRIED[@]}" "$bin" "${args[@]}" || rc=$?
+  else
+    echo "bert_step_bench is not in the bundle" >"$STAGE/bert_dptrain.log"; rc=1
+  fi
+  grep '^{' "$STAGE/bert_dptrain.log" >"$STAGE/bench_bert_dptrain.jsonl" || true
+  limited "$STAGE/bert_torch.log" 60 env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/bert_reference.py" "${args[@]}" || trc=$?
+  grep '^{' "$STAGE/bert_torch.log" >"$STAGE/bench_bert_torch.jsonl" || true
+  python3 - "$STAGE/bench_bert_dptrain.jsonl" "$STAGE/bench_bert_torch.jsonl" >"$STAGE/bert_table.txt" 2>&1 <<'PY' || true
+import json, sys
+def rows(path):
+    out = {}
+    for line in open(path):
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[r["name"]] = r["median_ms"]
+    return out
+d, t = rows(sys.argv[1]), rows(sys.argv[2])
+print(f"{'case':28} {'dptrain ms':>11} {'torch ms':>10} {'ratio':>6}")
+for name in sorted(set(d) | set(t)):
+    a, b = d.get(name), t.get(name)
+    ratio = f"{a / b:.2f}" if a and b else "-"
+    print(f"{name:28} {a if a else '-':>11} {b if b else '-':>10} {ratio:>6}")
+PY
+  sed 's/^/   /' "$STAGE/bert_table.txt"
+  local note="dptrain exit $rc, torch exit $trc (table in summary)"
+  if ((rc == 0 && trc == 0)); then record bert PASS $((SECONDS - t0)) "$note"
+  else
+    ((rc != 0)) && note="$note; dptrain: $(grep -v -e '^{' -e '^+ ' "$STAGE/bert_dptrain.log" | tail -2 | tr '\n' ' ' | cut -c1-160)"
+    ((trc != 0)) && note="$note; torch: $(tail -1 "$STAGE/bert_torch.log" | cut -c1-160)"
+    record bert "$(fail_verdict $((rc != 0 ? rc : trc)))" $((SECONDS - t0)) "$note"
+  fi
+}
+
 memcheck_step() {
   local t0=$SECONDS rc=0 vrc=0 bin="$BUNDLE_ROOT/bin/runtime_tests" log="$STAGE/memcheck.log"
   local xml="$STAGE/xml/runtime_tests.memcheck.xml" sanitizer form="target: the carried loader"
@@ -643,6 +684,7 @@ prove() {
   gtest_step nccl_tests comm_nccl_tests 120 mpi
   train_step
   bench_step
+  bert_step
   memcheck_step
 
   # ---- summary and packing: at most 8 files under $OUT, each ≤ 16 MiB --------------------------------
@@ -660,6 +702,9 @@ prove() {
     echo
     echo "training step, dptrain vs PyTorch $(grep -o '"torch": "[^"]*"' "$STAGE/bench_torch.jsonl" 2>/dev/null | head -1 | cut -d'"' -f4) on the same GPU:"
     sed 's/^/  /' "$STAGE/bench_table.txt" 2>/dev/null || true
+    echo
+    echo "BERT training step in bf16 (bert_step_bench vs bench/bert_reference.py), same GPU:"
+    sed 's/^/  /' "$STAGE/bert_table.txt" 2>/dev/null || true
   } >"$summary"
   local f
   for f in "$STAGE"/*.log; do trim_log "$f"; done
