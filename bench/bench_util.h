@@ -7,9 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "runtime/core/runtime.h"
 
 namespace dp::bench {
 
@@ -25,6 +29,17 @@ inline void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--iters", o.iters, "timed iterations")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed iterations first")->check(CLI::NonNegativeNumber);
   app.add_option("--only", o.only, "run only the cases whose name starts with this");
+}
+
+// The device --device names (cpu, cuda, cuda:N), or nothing after a message on stderr naming
+// `program` (no such device, no GPU visible): the caller then exits with status 2.
+inline std::optional<Device> open_device(Runtime& runtime, const std::string& spec, const char* program) {
+  try {
+    return runtime.device(spec);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return std::nullopt;
+  }
 }
 
 struct Timing {

@@ -58,13 +58,9 @@ int main(int argc, char** argv) {
   dp::RuntimeOptions runtime_options{opt.threads};
   runtime_options.allow_tf32 = tf32;
   dp::Runtime runtime(runtime_options);
-  dp::Device device;
-  try {
-    device = runtime.device(device_spec);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bert_step_bench: %s\n", e.what());
-    return 2;
-  }
+  const std::optional<dp::Device> opened = dp::bench::open_device(runtime, device_spec, "bert_step_bench");
+  if (!opened) return 2;
+  const dp::Device device = *opened;
   const dp::DType autocast = precision == "bf16" ? dp::kBFloat16 : precision == "fp16" ? dp::kFloat16 : dp::kFloat32;
   for (const Case& case_ : kCases) {
     const std::string name = precision == "fp32" ? case_.name : std::string(case_.name) + "_" + precision;

@@ -83,13 +83,9 @@ int main(int argc, char** argv) {
   runtime_options.allow_tf32 = tf32;
   runtime_options.cudnn_benchmark = true;
   dp::Runtime runtime(runtime_options);
-  dp::Device device;
-  try {
-    device = runtime.device(device_spec);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
-    return 2;
-  }
+  const std::optional<dp::Device> opened = dp::bench::open_device(runtime, device_spec, "train_step_bench");
+  if (!opened) return 2;
+  const dp::Device device = *opened;
 #ifdef DPTRAIN_HAVE_CUDA
   // The runtime's option already reaches the backend; set it on the backend too, so that the
   // number printed below is the one in force.

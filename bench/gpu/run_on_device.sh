@@ -532,6 +532,19 @@ train_step() {
   fi
 }
 
+# record_pair STEP T0 RC TRC DPTRAIN_LOG TORCH_LOG: the verdict of a step that ran dptrain's side
+# and PyTorch's, with the end of a failing side's log.
+record_pair() {
+  local step="$1" t0="$2" rc="$3" trc="$4" dlog="$5" tlog="$6"
+  local note="dptrain exit $rc, torch exit $trc (table in summary)"
+  if ((rc == 0 && trc == 0)); then record "$step" PASS $((SECONDS - t0)) "$note"
+  else
+    ((rc != 0)) && note="$note; dptrain: $(grep -v -e '^{' -e '^+ ' "$dlog" | tail -2 | tr '\n' ' ' | cut -c1-160)"
+    ((trc != 0)) && note="$note; torch: $(tail -1 "$tlog" | cut -c1-160)"
+    record "$step" "$(fail_verdict $((rc != 0 ? rc : trc)))" $((SECONDS - t0)) "$note"
+  fi
+}
+
 bench_step() {
   local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/train_step_bench"
   local args=(--warmup "${BENCH_WARMUP:-20}" --iters "${BENCH_ITERS:-20}" --block "${BENCH_BLOCK:-10}")
@@ -546,13 +559,7 @@ bench_step() {
   python3 "$GPU_DIR/torch_gpu_step.py" table --dptrain "$STAGE/bench_dptrain.jsonl" --torch "$STAGE/bench_torch.jsonl" \
     >"$STAGE/bench_table.txt" 2>&1 || true
   sed 's/^/   /' "$STAGE/bench_table.txt"
-  local note="dptrain exit $rc, torch exit $trc (table in summary)"
-  if ((rc == 0 && trc == 0)); then record bench PASS $((SECONDS - t0)) "$note"
-  else
-    ((rc != 0)) && note="$note; dptrain: $(grep -v -e '^{' -e '^+ ' "$STAGE/bench_dptrain.log" | tail -2 | tr '\n' ' ' | cut -c1-160)"
-    ((trc != 0)) && note="$note; torch: $(tail -1 "$STAGE/bench_torch.log" | cut -c1-160)"
-    record bench "$(fail_verdict $((rc != 0 ? rc : trc)))" $((SECONDS - t0)) "$note"
-  fi
+  record_pair bench "$t0" "$rc" "$trc" "$STAGE/bench_dptrain.log" "$STAGE/bench_torch.log"
 }
 
 # BERT's training step in bf16 next to PyTorch's (the same Hugging Face layout, eager attention).
@@ -585,13 +592,7 @@ for name in sorted(set(d) | set(t)):
     print(f"{name:28} {a if a else '-':>11} {b if b else '-':>10} {ratio:>6}")
 PY
   sed 's/^/   /' "$STAGE/bert_table.txt"
-  local note="dptrain exit $rc, torch exit $trc (table in summary)"
-  if ((rc == 0 && trc == 0)); then record bert PASS $((SECONDS - t0)) "$note"
-  else
-    ((rc != 0)) && note="$note; dptrain: $(grep -v -e '^{' -e '^+ ' "$STAGE/bert_dptrain.log" | tail -2 | tr '\n' ' ' | cut -c1-160)"
-    ((trc != 0)) && note="$note; torch: $(tail -1 "$STAGE/bert_torch.log" | cut -c1-160)"
-    record bert "$(fail_verdict $((rc != 0 ? rc : trc)))" $((SECONDS - t0)) "$note"
-  fi
+  record_pair bert "$t0" "$rc" "$trc" "$STAGE/bert_dptrain.log" "$STAGE/bert_torch.log"
 }
 
 memcheck_step() {
