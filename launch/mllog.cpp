@@ -204,6 +204,9 @@ void add_resnet(std::vector<MlRecord>& r, const Config& config, const MlRunFacts
   DP_CHECK(o.name == "lars" || o.name == "sgd", "MLLOG resnet hyperparameters: the rules allow opt_name lars or sgd, ",
            "but optimizer.name is '", o.name, "'");
   const PolySchedule p = poly_schedule(config, facts, "resnet");
+  DP_CHECK(config.schedule.warmup_steps == 0, "MLLOG resnet hyperparameters: the benchmark's keys give the warmup ",
+           "in epochs, so give it as schedule.warmup_epochs (schedule.warmup_steps is ", config.schedule.warmup_steps,
+           ")");
   const double weight_decay = o.weight_decay.value_or(default_weight_decay(o.name));
   add(r, mllog::kOptName, o.name);
   if (o.name == "lars") {

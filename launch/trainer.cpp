@@ -331,7 +331,6 @@ void check_skipped_run(const Config& config, const GradScaler& scaler, int64_t s
   next_skip_check = step + (config.run.max_skipped_steps - in_a_row);
 }
 
-// The epoch's console line and metrics record.
 // An evaluation scheduled by samples (NOTE [ Evaluation schedule ]): its own line and record.
 void report_evaluation(const Config& config, Console& console, MetricsLog* metrics, const Evaluation& eval,
                        int64_t step, int64_t epoch, int64_t samples, double seconds, bool reached_target) {
@@ -350,11 +349,17 @@ void report_evaluation(const Config& config, Console& console, MetricsLog* metri
   }
   console.line(os.str());
   if (metrics)
-    metrics->write({{"event", "evaluation"},   {"step", step},          {"epoch", epoch},
-                    {"samples", samples},      {"test_accuracy", eval.accuracy}, {"test_loss", eval.loss},
-                    {"seconds", seconds},      {"reached_target", reached_target}});
+    metrics->write({{"event", "evaluation"},
+                    {"step", step},
+                    {"epoch", epoch},
+                    {"samples", samples},
+                    {"test_accuracy", eval.accuracy},
+                    {"test_loss", eval.loss},
+                    {"seconds", seconds},
+                    {"reached_target", reached_target}});
 }
 
+// The epoch's console line and metrics record.
 void report_epoch(const Config& config, const TrainingRun& run, Console& console, MetricsLog* metrics,
                   StepProfiler& profiler, const EpochReport& e, bool reached_target) {
   std::ostringstream os;

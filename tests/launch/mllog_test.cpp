@@ -223,6 +223,11 @@ TEST(MllogHyperparameters, RefusesWhatTheBenchmarkKeysCannotDescribe) {
   EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kResnet, cosine, f),
                         "schedule.name must be poly or linear, got 'cosine'");
   EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kBert, lars_config(), f), "optimizer.name is 'lars'");
+  Config in_steps = lars_config();
+  in_steps.schedule.warmup_epochs = 0;
+  in_steps.schedule.warmup_steps = 500;
+  EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kResnet, in_steps, f),
+                        "give it as schedule.warmup_epochs (schedule.warmup_steps is 500)");
   MlRunFacts no_steps = f;
   no_steps.steps_per_epoch = 0;
   EXPECT_ERROR_CONTAINS(mllog_hyperparameters(MlBenchmark::kResnet, lars_config(), no_steps), "steps_per_epoch");
