@@ -256,7 +256,7 @@ struct CommTally {
 // Losses and samples since the last progress report; the losses are summed on the device.
 struct ProgressWindow {
   Tensor loss;
-  int64_t steps = 0, samples = 0;
+  int64_t steps = 0, samples = 0;  // samples over all ranks
   Clock::time_point start;
 
   void reset(Device device) {
@@ -280,9 +280,7 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
   // training on it would print (every rank reports at the same steps).
   s.loss = sum_over_ranks(run.group, {window.loss.item<double>() / static_cast<double>(window.steps)}, run.cpu)[0] /
            run.world_size;
-  // This rank's count times the ranks: exact for images, an estimate for text (ranks' sequences
-  // differ; the epoch line sums them).
-  s.samples_per_second = static_cast<double>(window.samples * run.world_size) / seconds_since(window.start);
+  s.samples_per_second = static_cast<double>(window.samples) / seconds_since(window.start);
   if (run.plan.token_batching) s.sample_unit = "sequences";
   s.lr = run.clock->lr();  // this step's lr (a host read, with the loss's)
   const GradScaler& scaler = *run.scaler;
@@ -745,7 +743,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       ++step_in_epoch;
       loss_watch.add(stats.loss, step);
       ++window.steps;
-      window.samples += batch_samples;
+      window.samples += step_samples;
       epoch_samples += batch_samples;
       if (samples_trained >= 0) samples_trained += step_samples;
       stop = config.run.max_steps > 0 && step >= config.run.max_steps;
