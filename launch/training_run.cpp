@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -182,6 +183,20 @@ TokenBatchingOptions token_batching_options(const Config& config, const text::Ml
   return o;
 }
 
+// For a token-batching error that names the data's longest sequence (too long for
+// data.max_seq_length or data.max_tokens): which shard holds it. Empty otherwise.
+std::string where_is_longest(const text::MlmDataset& data, const std::string& message) {
+  const std::span<const int32_t> lengths = data.lengths();
+  if (lengths.empty()) return "";
+  const auto longest = static_cast<size_t>(std::max_element(lengths.begin(), lengths.end()) - lengths.begin());
+  if (message.find("sequence " + std::to_string(longest) + " ") == std::string::npos &&
+      message.find("sequence " + std::to_string(longest) + ",") == std::string::npos)
+    return "";
+  const auto [shard, index] = data.text().locate(longest);
+  return detail::concat(" (sequence ", longest, " is sequence ", index, " of the shard ", data.text().shard(shard).dir(),
+                        ")");
+}
+
 // Text runs: the token-batching plan decides the steps (NOTE [ Token batching ]); the same
 // preflight as plan_data otherwise. The samplers are built here, where a plan error can name the
 // data it came from.
@@ -197,14 +212,14 @@ DataPlan plan_text_data(const Config& config, const text::MlmDataset& train, con
   try {
     train_batches = std::make_unique<TokenBatchSampler>(lengths, train.targets(), o, rank);
   } catch (const Error& e) {
-    throw Error(detail::concat(train.description(), ": ", e.what()));
+    throw Error(detail::concat(train.description(), ": ", e.what(), where_is_longest(train, e.what())));
   }
   TokenBatchingOptions eval_options = o;
   eval_options.batch_size = d.eval_batch_size;
   try {
     eval_batches = TokenBatchSampler::for_evaluation(eval.lengths(), eval_options, rank, world_size);
   } catch (const Error& e) {
-    throw Error(detail::concat(eval.description(), ": ", e.what()));
+    throw Error(detail::concat(eval.description(), ": ", e.what(), where_is_longest(eval, e.what())));
   }
   DataPlan plan;
   plan.token_batching = true;

@@ -210,8 +210,9 @@ TEST_F(Bert, BadTextInputIsOneClearError) {
     EXPECT_NE(r.exit_code, 0) << r.output;
     return r.output;
   };
-  EXPECT_THAT(error_of("--set data.max_tokens=40 --set data.batching=max_tokens"),
-              HasSubstr("training text in " + shards() + ": sequence "));
+  const std::string too_long = error_of("--set data.max_tokens=40 --set data.batching=max_tokens");
+  EXPECT_THAT(too_long, HasSubstr("training text in " + shards() + ": sequence "));
+  EXPECT_THAT(too_long, HasSubstr(" of the shard " + shards() + "/shard_00000)"));  // the file it is in
   EXPECT_THAT(error_of("--set data.root=" + (scratch_.path() / "none").string()),
               HasSubstr("data.vocab is unset and '" + (scratch_.path() / "none" / "vocab.txt").string() +
                         "' is not a file"));
