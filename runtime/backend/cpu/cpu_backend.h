@@ -39,15 +39,19 @@ class CpuBlockCache {
   size_t cached_bytes_ = 0;
 };
 
-// float32 GEMM: oneDNN (NOTE [ CPU float32 GEMM on oneDNN ] in gemm.cpp), OpenBLAS or Eigen;
+// float32 GEMM: OpenBLAS, oneDNN (NOTE [ CPU float32 GEMM on oneDNN ] in gemm.cpp) or Eigen;
 // float64 always OpenBLAS but with Eigen.
-enum class CpuGemm : uint8_t { OneDnn, OpenBlas, Eigen };
+enum class CpuGemm : uint8_t { OpenBlas, OneDnn, Eigen };
+// DPTRAIN_CPU_GEMM=openblas | onednn | eigen, read when the backend is made (openblas when unset);
+// a dp::Error for another value.
+CpuGemm gemm_from_environment();
 
 class CpuBackend final : public Backend {
  public:
   // num_threads: OpenMP threads for parallel kernels (and GEMM). conv: oneDNN or im2col
   // convolutions (NOTE [ CPU convolution on oneDNN ]); unset: DPTRAIN_CPU_CONV, else auto.
-  explicit CpuBackend(int num_threads = 1, CpuGemm gemm = CpuGemm::OneDnn,
+  // gemm unset: DPTRAIN_CPU_GEMM, else OpenBLAS.
+  explicit CpuBackend(int num_threads = 1, std::optional<CpuGemm> gemm = std::nullopt,
                       std::optional<cpu::ConvPath> conv = std::nullopt);
   int num_threads() const { return num_threads_; }
   void set_num_threads(int n);

@@ -19,8 +19,10 @@ namespace dp {
 
 using namespace cpu;
 
-CpuBackend::CpuBackend(int num_threads, CpuGemm gemm, std::optional<cpu::ConvPath> conv)
-    : num_threads_(1), gemm_(gemm), conv_(conv ? *conv : cpu::conv_path_from_environment()) {
+CpuBackend::CpuBackend(int num_threads, std::optional<CpuGemm> gemm, std::optional<cpu::ConvPath> conv)
+    : num_threads_(1),
+      gemm_(gemm ? *gemm : gemm_from_environment()),
+      conv_(conv ? *conv : cpu::conv_path_from_environment()) {
   set_num_threads(num_threads);
 }
 

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/matmul.h"
@@ -74,6 +77,21 @@ TEST(CpuGemm, OneDnnTakesLargeProductsInEveryLayoutAndInsideParallelRegions) {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) ASSERT_NEAR(y[m * N + n], ref[m * N + n] + biasv[n], 1e-4);
   }
+}
+
+// DPTRAIN_CPU_GEMM picks the library when a backend is made; OpenBLAS when unset.
+TEST(CpuGemm, LibraryFromTheEnvironment) {
+  const char* saved = std::getenv("DPTRAIN_CPU_GEMM");
+  const std::string restore = saved ? saved : "";
+  unsetenv("DPTRAIN_CPU_GEMM");
+  EXPECT_EQ(CpuBackend(1).gemm_library(), CpuGemm::OpenBlas);
+  setenv("DPTRAIN_CPU_GEMM", "onednn", 1);
+  EXPECT_EQ(CpuBackend(1).gemm_library(), CpuGemm::OneDnn);
+  EXPECT_EQ(CpuBackend(1, CpuGemm::Eigen).gemm_library(), CpuGemm::Eigen);  // an explicit choice wins
+  setenv("DPTRAIN_CPU_GEMM", "mkl", 1);
+  EXPECT_THROW(CpuBackend(1), Error);
+  unsetenv("DPTRAIN_CPU_GEMM");
+  if (saved) setenv("DPTRAIN_CPU_GEMM", restore.c_str(), 1);
 }
 
 // Which library computes a product depends only on its shape: the same inputs give the same bits.
