@@ -11,10 +11,15 @@
 // sequences) and float64 (oneDNN has no dgemm). Called inside a parallel region (one product per
 // thread) oneDNN runs on the calling thread; outside, on num_threads. Which library computes a
 // product depends only on its shape, so runs stay bit-repeatable for a fixed thread count.
-// Not the default yet: in a 2-rank run signalled with SIGTERM (Distributed.SigtermToOneRank...),
+// Not the default: in a 2-rank run signalled with SIGTERM (Distributed.SigtermToOneRank...),
 // 1 run in 12 to 20 aborted with glibc's "corrupted size vs. prev_size" in a free() inside
-// dnnl_sgemm; valgrind finds no invalid write by oneDNN's sgemm on that run's shapes alone, and
-// the cause is not found yet. OpenBLAS stays the default until it is.
+// dnnl_sgemm. The likely cause, from valgrind on a standalone dnnl_sgemm ("client switching
+// stacks? SP change ... --> <heap>", reads just past a 16,640-byte posix_memalign block): oneDNN
+// 2.6's sgemm runs its kernels on a small stack it allocates on the heap, so a signal delivered to
+// a thread inside it has its frame (several KB of AVX-512 state) written below that stack, into
+// the heap. The fix to try: take SIGTERM/SIGINT/SIGUSR1 on one thread that sigwait()s, with the
+// signals blocked in every computing thread (launch/stop_signals.cpp), then make oneDNN the
+// default again.
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
