@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <variant>
 
 #include "comm/mpi/mpi_environment.h"
 #include "comm/mpi/mpi_process_group.h"
@@ -63,6 +65,15 @@ int main(int argc, char** argv) {
     return dp::run_check_mllog(check->path, dp::parse_mllog_benchmark(check->benchmark), stdout, stderr);
   if (const auto& prepare = args.prepare_text) return dp::run_prepare_text(*prepare, stdout, stderr);
   int rank = 0, world_size = 1;
+  // First, before MPI and every computing thread, which inherit its blocked signals (NOTE
+  // [ Signals on one thread ]); destroyed last.
+  std::optional<dp::StopSignals> stop_signals;  // NOTE [ Stopping on a signal ]
+  try {
+    stop_signals.emplace();
+  } catch (const dp::Error& e) {
+    std::fprintf(stderr, "dptrain: error: %s\n", e.what());
+    return 1;
+  }
   // Outside the try: on an error the catch must run before the group's destructor, which would
   // wait for collectives the other ranks may never join.
   std::unique_ptr<dp::MpiEnvironment> mpi;
@@ -128,10 +139,9 @@ int main(int argc, char** argv) {
       if (!metrics->kept_previous().empty())
         console.line("an earlier run's " + metrics->path() + " is kept as " + metrics->kept_previous());
     }
-    const dp::StopSignals stop_signals;  // NOTE [ Stopping on a signal ]
     dp::TrainReport report =
         dp::train(config, runtime, console, metrics.get(),
-                  dp::RunWorld{group.get(), gpu_group.get(), device, batch_norm_group.get()}, &stop_signals);
+                  dp::RunWorld{group.get(), gpu_group.get(), device, batch_norm_group.get()}, &*stop_signals);
     char line[400];
     std::snprintf(line, sizeof line, "%s: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   report.stop_signal ? dp::StopSignals::name(report.stop_signal) : "done",
