@@ -42,7 +42,7 @@ class CpuBlockCache {
 // float32 GEMM: OpenBLAS, oneDNN (NOTE [ CPU float32 GEMM on oneDNN ] in gemm.cpp) or Eigen;
 // float64 always OpenBLAS but with Eigen.
 enum class CpuGemm : uint8_t { OpenBlas, OneDnn, Eigen };
-// DPTRAIN_CPU_GEMM=openblas | onednn | eigen, read when the backend is made (openblas when unset);
+// DPTRAIN_CPU_GEMM=onednn | openblas | eigen, read when the backend is made (onednn when unset);
 // a dp::Error for another value.
 CpuGemm gemm_from_environment();
 
@@ -50,7 +50,7 @@ class CpuBackend final : public Backend {
  public:
   // num_threads: OpenMP threads for parallel kernels (and GEMM). conv: oneDNN or im2col
   // convolutions (NOTE [ CPU convolution on oneDNN ]); unset: DPTRAIN_CPU_CONV, else auto.
-  // gemm unset: DPTRAIN_CPU_GEMM, else OpenBLAS.
+  // gemm unset: DPTRAIN_CPU_GEMM, else oneDNN.
   explicit CpuBackend(int num_threads = 1, std::optional<CpuGemm> gemm = std::nullopt,
                       std::optional<cpu::ConvPath> conv = std::nullopt);
   int num_threads() const { return num_threads_; }

@@ -5,21 +5,21 @@
 // oneDNN's sgemm (its JIT AVX-512 kernels; Debian's libdnnl, already here for bfloat16 and
 // convolutions) runs a transformer's GEMMs — thin [tokens, 128..512] products, their weight
 // gradients, the MLM decoder's [predictions, vocabulary] — 1.2 to 2.7 times as fast as OpenBLAS
-// 0.3.21 on the Zen 5 VM (bench/RESULTS.md, "CPU float32 GEMM"). With DPTRAIN_CPU_GEMM=onednn
-// (CpuGemm::OneDnn) it takes float32 products of at least kOneDnnMinMacs multiply-adds; OpenBLAS keeps
-// smaller ones (its small-matrix kernels are quicker there: attention's per-head products of short
-// sequences) and float64 (oneDNN has no dgemm). Called inside a parallel region (one product per
-// thread) oneDNN runs on the calling thread; outside, on num_threads. Which library computes a
-// product depends only on its shape, so runs stay bit-repeatable for a fixed thread count.
-// Not the default: in a 2-rank run signalled with SIGTERM (Distributed.SigtermToOneRank...),
-// 1 run in 12 to 20 aborted with glibc's "corrupted size vs. prev_size" in a free() inside
-// dnnl_sgemm. The likely cause, from valgrind on a standalone dnnl_sgemm ("client switching
-// stacks? SP change ... --> <heap>", reads just past a 16,640-byte posix_memalign block): oneDNN
-// 2.6's sgemm runs its kernels on a small stack it allocates on the heap, so a signal delivered to
-// a thread inside it has its frame (several KB of AVX-512 state) written below that stack, into
-// the heap. The fix to try: take SIGTERM/SIGINT/SIGUSR1 on one thread that sigwait()s, with the
-// signals blocked in every computing thread (launch/stop_signals.cpp), then make oneDNN the
-// default again.
+// 0.3.21 on the Zen 5 VM (bench/RESULTS.md, "CPU float32 GEMM"). So by default (CpuGemm::OneDnn;
+// DPTRAIN_CPU_GEMM=openblas or eigen chooses another) it takes float32 products of at least
+// kOneDnnMinMacs multiply-adds; OpenBLAS keeps smaller ones (its small-matrix kernels are quicker
+// there: attention's per-head products of short sequences) and float64 (oneDNN has no dgemm).
+// Called inside a parallel region (one product per thread) oneDNN runs on the calling thread;
+// outside, on num_threads. Which library computes a product depends only on its shape, so runs
+// stay bit-repeatable for a fixed thread count.
+// Signals: oneDNN 2.6's sgemm runs its kernels on a small stack of its own on the heap (valgrind:
+// "client switching stacks? SP change ... --> <heap>"), so a signal handled on a thread inside it
+// writes its frame (several KB of AVX-512 state) into the heap below that stack. With a recording
+// handler on every thread, 2 of 25 two-rank runs signalled with SIGTERM aborted with glibc's
+// "corrupted size vs. prev_size" in a free() inside dnnl_sgemm. dptrain therefore takes its stop
+// signals on one thread, blocked in every computing thread (NOTE [ Signals on one thread ] in
+// launch/stop_signals.h): 0 aborts in 60 such runs since. A program embedding this runtime that
+// handles signals must do the same, or choose DPTRAIN_CPU_GEMM=openblas.
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -117,8 +117,9 @@ bool one_product_per_thread(int64_t batch, int64_t M, int64_t N, int64_t K, int 
 
 CpuGemm gemm_from_environment() {
   const char* v = std::getenv("DPTRAIN_CPU_GEMM");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "openblas") == 0) return CpuGemm::OpenBlas;
-  if (std::strcmp(v, "onednn") == 0 || std::strcmp(v, "dnnl") == 0) return CpuGemm::OneDnn;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "onednn") == 0 || std::strcmp(v, "dnnl") == 0)
+    return CpuGemm::OneDnn;
+  if (std::strcmp(v, "openblas") == 0) return CpuGemm::OpenBlas;
   if (std::strcmp(v, "eigen") == 0) return CpuGemm::Eigen;
   throw Error(detail::concat("DPTRAIN_CPU_GEMM must be openblas, onednn or eigen, not '", v, "'"));
 }

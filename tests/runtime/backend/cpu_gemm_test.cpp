@@ -79,14 +79,14 @@ TEST(CpuGemm, OneDnnTakesLargeProductsInEveryLayoutAndInsideParallelRegions) {
   }
 }
 
-// DPTRAIN_CPU_GEMM picks the library when a backend is made; OpenBLAS when unset.
+// DPTRAIN_CPU_GEMM picks the library when a backend is made; oneDNN when unset.
 TEST(CpuGemm, LibraryFromTheEnvironment) {
   const char* saved = std::getenv("DPTRAIN_CPU_GEMM");
   const std::string restore = saved ? saved : "";
   unsetenv("DPTRAIN_CPU_GEMM");
-  EXPECT_EQ(CpuBackend(1).gemm_library(), CpuGemm::OpenBlas);
-  setenv("DPTRAIN_CPU_GEMM", "onednn", 1);
   EXPECT_EQ(CpuBackend(1).gemm_library(), CpuGemm::OneDnn);
+  setenv("DPTRAIN_CPU_GEMM", "openblas", 1);
+  EXPECT_EQ(CpuBackend(1).gemm_library(), CpuGemm::OpenBlas);
   EXPECT_EQ(CpuBackend(1, CpuGemm::Eigen).gemm_library(), CpuGemm::Eigen);  // an explicit choice wins
   setenv("DPTRAIN_CPU_GEMM", "mkl", 1);
   EXPECT_THROW(CpuBackend(1), Error);
