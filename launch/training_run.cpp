@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "comm/ddp/sync_batch_norm.h"
@@ -183,18 +184,14 @@ TokenBatchingOptions token_batching_options(const Config& config, const text::Ml
   return o;
 }
 
-// For a token-batching error that names the data's longest sequence (too long for
-// data.max_seq_length or data.max_tokens): which shard holds it. Empty otherwise.
-std::string where_is_longest(const text::MlmDataset& data, const std::string& message) {
-  const std::span<const int32_t> lengths = data.lengths();
-  if (lengths.empty()) return "";
-  const auto longest = static_cast<size_t>(std::max_element(lengths.begin(), lengths.end()) - lengths.begin());
-  if (message.find("sequence " + std::to_string(longest) + " ") == std::string::npos &&
-      message.find("sequence " + std::to_string(longest) + ",") == std::string::npos)
-    return "";
-  const auto [shard, index] = data.text().locate(longest);
-  return detail::concat(" (sequence ", longest, " is sequence ", index, " of the shard ", data.text().shard(shard).dir(),
-                        ")");
+// Errors about one sequence (too long for data.max_seq_length or data.max_tokens) say which shard
+// holds it.
+std::function<std::string(int64_t)> sequence_namer(const text::MlmDataset& data) {
+  return [&data](int64_t sequence) {
+    const auto [shard, index] = data.text().locate(sequence);
+    return detail::concat("sequence ", sequence, " (sequence ", index, " of the shard ", data.text().shard(shard).dir(),
+                          ")");
+  };
 }
 
 // Text runs: the token-batching plan decides the steps (NOTE [ Token batching ]); the same
@@ -207,19 +204,21 @@ DataPlan plan_text_data(const Config& config, const text::MlmDataset& train, con
   DP_CHECK(config.distributed.shards == 0, "distributed.shards is for image batches; a text run balances its "
            "token batches over the ranks itself (data.balance): leave distributed.shards at 0");
   DP_CHECK(!config.distributed.sync_batchnorm, "distributed.sync_batchnorm: BERT has no BatchNorm; turn it off");
-  const TokenBatchingOptions o = token_batching_options(config, train, world_size);
+  TokenBatchingOptions o = token_batching_options(config, train, world_size);
+  o.name_sequence = sequence_namer(train);
   const std::vector<int32_t> lengths(train.lengths().begin(), train.lengths().end());
   try {
     train_batches = std::make_unique<TokenBatchSampler>(lengths, train.targets(), o, rank);
   } catch (const Error& e) {
-    throw Error(detail::concat(train.description(), ": ", e.what(), where_is_longest(train, e.what())));
+    throw Error(detail::concat(train.description(), ": ", e.what()));
   }
   TokenBatchingOptions eval_options = o;
   eval_options.batch_size = d.eval_batch_size;
+  eval_options.name_sequence = sequence_namer(eval);
   try {
     eval_batches = TokenBatchSampler::for_evaluation(eval.lengths(), eval_options, rank, world_size);
   } catch (const Error& e) {
-    throw Error(detail::concat(eval.description(), ": ", e.what(), where_is_longest(eval, e.what())));
+    throw Error(detail::concat(eval.description(), ": ", e.what()));
   }
   DataPlan plan;
   plan.token_batching = true;

@@ -151,10 +151,11 @@ void check_options(const TokenBatchingOptions& o) {
 
 void check_lengths(std::span<const int32_t> lengths, const TokenBatchingOptions& o) {
   DP_CHECK(!lengths.empty(), "token batching: the data set has no sequences, so there is nothing to train on");
+  const auto name = [&](int64_t i) { return o.name_sequence ? o.name_sequence(i) : "sequence " + std::to_string(i); };
   const int64_t n = static_cast<int64_t>(lengths.size());
   int64_t longest = 0, first_too_long = -1, too_long = 0;
   for (int64_t i = 0; i < n; ++i) {
-    DP_CHECK(lengths[i] >= 1, "sequence ", i, " has ", lengths[i],
+    DP_CHECK(lengths[i] >= 1, name(i), " has ", lengths[i],
              " tokens: every sequence needs at least one, so the data is broken (drop empty sequences when "
              "preparing it)");
     if (lengths[i] > lengths[longest]) longest = i;
@@ -165,10 +166,10 @@ void check_lengths(std::span<const int32_t> lengths, const TokenBatchingOptions&
   }
   if (too_long > 0) {
     std::ostringstream os;
-    os << "sequence " << first_too_long << " has " << lengths[first_too_long]
+    os << name(first_too_long) << " has " << lengths[first_too_long]
        << " tokens, more than data.max_seq_length " << o.max_seq_length;
     if (too_long > 1)
-      os << " (" << too_long << " sequences are longer; the longest, sequence " << longest << ", has "
+      os << " (" << too_long << " sequences are longer; the longest, " << name(longest) << ", has "
          << lengths[longest] << ")";
     os << ": raise data.max_seq_length to at least " << lengths[longest]
        << " (the model's position embeddings permitting) or truncate the sequences when preparing the data";
@@ -179,7 +180,7 @@ void check_lengths(std::span<const int32_t> lengths, const TokenBatchingOptions&
     const int64_t padded = pad_length(lengths[longest], o);
     if (padded > o.max_tokens) {
       std::ostringstream os;
-      os << "sequence " << longest << " has " << lengths[longest] << " tokens";
+      os << name(longest) << " has " << lengths[longest] << " tokens";
       if (padded != lengths[longest])
         os << ", " << padded << " padded (data.pad_to_multiple " << o.pad_to_multiple << ")";
       os << ", more than data.max_tokens " << o.max_tokens
@@ -601,6 +602,9 @@ TokenBatchSampler::TokenBatchSampler(std::vector<int32_t> lengths, std::vector<i
 }
 
 void TokenBatchSampler::take_first_plan(const TokenEpochPlan& first) {
+  // The first plan has checked every sequence; later ones find nothing to name, and the data
+  // set the namer may refer to need not outlive this sampler.
+  options_.name_sequence = nullptr;
   steps_ = static_cast<int64_t>(first.steps.size());
   max_rows_ = first.stats.max_rows;
   for (const TokenStep& step : first.steps)
@@ -618,6 +622,10 @@ std::unique_ptr<TokenBatchSampler> TokenBatchSampler::for_evaluation(std::span<c
   options.shuffle = false;
   options.drop_last = false;
   options.balance = RankBalance::None;
+  // Errors name the sequences by their index in `lengths`, not in this rank's slice.
+  options.name_sequence = [outer = std::move(options.name_sequence), begin](int64_t i) {
+    return outer ? outer(begin + i) : "sequence " + std::to_string(begin + i);
+  };
   if (options.batching == TokenBatching::Fixed) options.batch_size = std::max<int64_t>(1, options.batch_size);
   sampler->options_ = options;
   for (int64_t i = begin; i < end; ++i) {

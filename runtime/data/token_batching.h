@@ -71,6 +71,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,6 +100,9 @@ struct TokenBatchingOptions {
   bool shuffle = true;
   uint64_t seed = 0;  // the same on every rank
   bool drop_last = false;
+  // Names sequence i of the lengths given, for errors ("sequence 7 of the shard /data/wiki/00");
+  // unset: "sequence i".
+  std::function<std::string(int64_t)> name_sequence;
 };
 
 // One rank's part of one step.

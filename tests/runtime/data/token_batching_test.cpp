@@ -506,6 +506,17 @@ TEST(TokenBatching, ErrorsNameTheConfigKeyToChange) {
   EXPECT_ERROR_CONTAINS(plan_token_epoch(std::vector<int32_t>{10, 256, 20}, max_tokens_options(255, 1), 0),
                         "sequence 1 has 256 tokens, more than data.max_tokens 255");
   EXPECT_ERROR_CONTAINS(plan_token_epoch(good, max_tokens_options(0, 1), 0), "data.max_tokens must be at least 1");
+  // The caller names the sequences (dptrain: with the shard that holds them) ...
+  TokenBatchingOptions named = max_tokens_options(1024, 1);
+  named.name_sequence = [](int64_t i) { return "line " + std::to_string(i + 1) + " of corpus.txt"; };
+  EXPECT_ERROR_CONTAINS(plan_token_epoch(std::vector<int32_t>{10, 600}, named, 0),
+                        "line 2 of corpus.txt has 600 tokens, more than data.max_seq_length 512");
+  // ... and evaluation's rank slices name them by their index in the whole set, not in the slice.
+  const std::vector<int32_t> eval_lengths{10, 20, 30, 40, 50, 900};
+  EXPECT_ERROR_CONTAINS(TokenBatchSampler::for_evaluation(eval_lengths, mt, 1, 2),
+                        "sequence 5 has 900 tokens, more than data.max_seq_length 512");
+  EXPECT_ERROR_CONTAINS(TokenBatchSampler::for_evaluation(eval_lengths, named, 1, 2),
+                        "line 6 of corpus.txt has 900 tokens");
   TokenBatchingOptions packed = max_tokens_options(256, 1);
   packed.packing = SequencePacking::Greedy;
   EXPECT_ERROR_CONTAINS(plan_token_epoch(good, packed, 0),
