@@ -678,8 +678,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   bool block_open = false;  // MLLOG, by samples
   int64_t evaluated_at_step = -1;
   Evaluation last_eval;
-  // Evaluates now (every rank), logs it to MLLOG, and stops the run when it reaches the target.
+  // Evaluates now (every rank), logs it to MLLOG, and stops the run when it reaches the target;
+  // by samples, also reports it and sets the next one (by epochs, the epoch's report does).
   auto evaluate_now = [&](int64_t epoch) {
+    const Clock::time_point eval_start = Clock::now();
     if (world_size > 1)
       sync_buffers(*run.model, *run.model_group,
                    config.distributed.buffer_sync == "average" ? BufferSync::Average : BufferSync::Broadcast);
@@ -694,6 +696,11 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     if (target > 0 && last_eval.accuracy >= target) {
       report.reached_target = true;
       stop = true;  // every rank saw the same reduced accuracy
+    }
+    if (by_samples) {
+      next_eval_at = (samples_trained / eval_interval + 1) * eval_interval;
+      report_evaluation(config, console, metrics, last_eval, step, epoch, samples_trained, seconds_since(eval_start),
+                        report.reached_target);
     }
   };
   if (mllog.log.enabled()) {
@@ -753,13 +760,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       if (report_now)
         report_progress(config, run, console, metrics, profiler, window, comm, epoch, step, step_in_epoch, stop,
                         skipped_at_last_report);
-      if (by_samples && samples_trained >= next_eval_at) {
-        const Clock::time_point eval_start = Clock::now();
-        evaluate_now(epoch);
-        next_eval_at = (samples_trained / eval_interval + 1) * eval_interval;
-        report_evaluation(config, console, metrics, last_eval, step, epoch, samples_trained, seconds_since(eval_start),
-                          report.reached_target);
-      }
+      if (by_samples && samples_trained >= next_eval_at) evaluate_now(epoch);
       if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0) {
         const PhaseScope timed(profiler, Phase::Checkpoint);  // its cost shows in the step time
         checkpointer.save({step, epoch - 1, step_in_epoch, samples_trained});
@@ -791,13 +792,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     // an evaluation by samples at this step).
     const bool scheduled = !by_samples && config.run.eval_every_epoch &&
                            (epoch + config.run.eval_offset) % config.run.eval_every == 0;
-    if ((scheduled || epoch == config.run.epochs || stop) && evaluated_at_step != step) {
-      const Clock::time_point eval_start = Clock::now();
-      evaluate_now(epoch);
-      if (by_samples)
-        report_evaluation(config, console, metrics, last_eval, step, epoch, samples_trained,
-                          seconds_since(eval_start), report.reached_target);
-    }
+    if ((scheduled || epoch == config.run.epochs || stop) && evaluated_at_step != step) evaluate_now(epoch);
     e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
     if (evaluated_at_step == step) {
       e.test_loss = last_eval.loss;
