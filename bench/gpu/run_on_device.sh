@@ -130,6 +130,11 @@ EOF
     cp -L "$DATASET_DIR/$gz.gz" "$stage/data/"
   done
   cp "$ROOT"/configs/*.yaml "$stage/configs/"
+  # The BERT demo's shards (Debian's fortunes, as configs/bert_tiny.yaml says) for the packing step.
+  if [[ -n "$(target_file dptrain)" ]]; then
+    "$(target_file dptrain)" prepare-text --out "$stage/data/fortunes" >"$BUILD_DIR/prepare-text.log" 2>&1 ||
+      die "dptrain prepare-text failed (Debian's fortunes corpus; launch/setup.sh installs it): $(tail -2 "$BUILD_DIR/prepare-text.log")"
+  fi
   {
     echo "built: $(date -u +%FT%TZ) on $(hostname)"
     echo "source_dir: $ROOT"
@@ -343,6 +348,8 @@ test_on_device() {
 #   bench      train_step_bench --device cuda --tf32 and torch_gpu_step.py, then the ratio table
 #   bert       bert_step_bench and bench/bert_reference.py --device cuda --precision bf16 (BERT tiny to
 #              large, the large at sequence 512), then their ratio table
+#   packing    dptrain configs/bert_tiny.yaml on the GPU in bf16: fixed batches, max_tokens, packed;
+#              sequences/s and padding waste of each (issue 13's packing-vs-not on a GPU)
 #   memcheck   compute-sanitizer --tool memcheck on OpHarness/CudaVsCpu.* (last: it gets what is left)
 # Exit: 0 all passed on a GPU; 1 a step failed; 3 no GPU was seen (nothing on a GPU was proven).
 PROVE_BUDGET_S="${PROVE_BUDGET_S:-555}"
@@ -595,6 +602,39 @@ PY
   record_pair bert "$t0" "$rc" "$trc" "$STAGE/bert_dptrain.log" "$STAGE/bert_torch.log"
 }
 
+# BERT-tiny on the demo corpus three ways — fixed-size batches, max_tokens, max_tokens with packing —
+# in bf16, two epochs each (the second's rate: the first holds the warm-up), sequences/s and waste.
+packing_step() {
+  local t0=$SECONDS rc=0 bin="$BUNDLE_ROOT/bin/dptrain" name
+  local -A sets=([fixed]="--set data.batching=fixed" [max_tokens]="--set data.packing=none"
+    [packed]="--set data.packing=greedy")
+  if [[ ! -x "$bin" ]]; then record packing FAIL 0 "dptrain is not in the bundle"; return; fi
+  for name in fixed max_tokens packed; do
+    # shellcheck disable=SC2086
+    limited "$STAGE/packing_$name.log" 45 "${CARRIED[@]}" "$bin" --config "$BUNDLE_ROOT/configs/bert_tiny.yaml" \
+      --set run.device=cuda --set run.precision=bf16 --set run.epochs=2 --set data.root="$BUNDLE_ROOT/data/fortunes" \
+      --set run.output_dir="$STAGE/packing_$name" ${sets[$name]} || rc=$?
+  done
+  {
+    printf '%-11s %14s %14s %s\n' batching "sequences/s" "epoch 2 (s)" "token batching (epoch 2)"
+    for name in fixed max_tokens packed; do
+      local epoch rate seconds waste
+      epoch="$(grep -E '^epoch 2/2: ' "$STAGE/packing_$name.log" | head -1)"
+      rate="$(echo "$epoch" | grep -oE '[0-9.]+ sequences/s' | awk '{print $1}')"
+      seconds="$(echo "$epoch" | grep -oE ', [0-9.]+ s, ' | grep -oE '[0-9.]+')"
+      waste="$(grep -E '^  token batching: ' "$STAGE/packing_$name.log" | sed -n 2p | cut -d'|' -f1,3 | sed 's/^  token batching: //')"
+      printf '%-11s %14s %14s %s\n' "$name" "${rate:--}" "${seconds:--}" "${waste:--}"
+    done
+  } >"$STAGE/packing_table.txt"
+  sed 's/^/   /' "$STAGE/packing_table.txt"
+  local note="bert_tiny bf16, fixed / max_tokens / packed (table in summary)"
+  if ((rc == 0)); then record packing PASS $((SECONDS - t0)) "$note"
+  else
+    record packing "$(fail_verdict "$rc")" $((SECONDS - t0)) \
+      "$note; exit $rc: $(grep -h -m1 -E 'error' "$STAGE"/packing_*.log | head -1 | cut -c1-200)"
+  fi
+}
+
 memcheck_step() {
   local t0=$SECONDS rc=0 vrc=0 bin="$BUNDLE_ROOT/bin/runtime_tests" log="$STAGE/memcheck.log"
   local xml="$STAGE/xml/runtime_tests.memcheck.xml" sanitizer form="target: the carried loader"
@@ -686,6 +726,7 @@ prove() {
   train_step
   bench_step
   bert_step
+  packing_step
   memcheck_step
 
   # ---- summary and packing: at most 8 files under $OUT, each ≤ 16 MiB --------------------------------
@@ -706,6 +747,9 @@ prove() {
     echo
     echo "BERT training step in bf16 (bert_step_bench vs bench/bert_reference.py), same GPU:"
     sed 's/^/  /' "$STAGE/bert_table.txt" 2>/dev/null || true
+    echo
+    echo "BERT-tiny on the demo corpus in bf16 (configs/bert_tiny.yaml --set run.device=cuda), by batching:"
+    sed 's/^/  /' "$STAGE/packing_table.txt" 2>/dev/null || true
   } >"$summary"
   local f
   for f in "$STAGE"/*.log; do trim_log "$f"; done
