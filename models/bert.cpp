@@ -6,9 +6,9 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/core/error.h"
 #include "runtime/nn/init.h"
+#include "runtime/ops/attention.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
-#include "runtime/ops/loss.h"
 #include "runtime/ops/matmul.h"
 
 namespace dp {
@@ -160,15 +160,15 @@ Tensor BertSelfAttention::attend(const Tensor& x, const Tensor& mask) {
     return t.reshape({b, s, heads, head_size}).permute({0, 2, 1, 3}).reshape({b * heads, s, head_size});
   };
   const Tensor q = split_heads(query->forward(x)), k = split_heads(key->forward(x)), v = split_heads(value->forward(x));
-  Tensor scores = mul(matmul(q, k.transpose(1, 2)), 1.0 / std::sqrt(static_cast<double>(head_size)));
-  if (mask.defined()) {
+  const Tensor scores = matmul(q, k.transpose(1, 2)).reshape({b, heads, s, s});
+  if (mask.defined())
     DP_CHECK(mask.dim() == 4 && mask.size(0) == b && mask.size(1) == 1 && (mask.size(2) == 1 || mask.size(2) == s) &&
                  mask.size(3) == s,
              "BertSelfAttention: the attention mask must be [", b, ", 1, 1 or ", s, ", ", s, "], got ", mask.str());
-    scores = add(scores.reshape({b, heads, s, s}), mask.to(scores.dtype())).reshape({b * heads, s, s});
-  }
-  const Tensor probs = dropout->forward(softmax(scores, -1));
-  const Tensor context = matmul(probs, v);  // [B·heads, S, d]
+  // softmax(scores / √d + mask) in one kernel (NOTE [ Attention softmax ]).
+  const Tensor probs =
+      dropout->forward(attention_softmax(scores, mask, 1.0 / std::sqrt(static_cast<double>(head_size))));
+  const Tensor context = matmul(probs.reshape({b * heads, s, s}), v);  // [B·heads, S, d]
   return context.reshape({b, heads, s, head_size}).permute({0, 2, 1, 3}).reshape({b, s, hidden});
 }
 

@@ -31,6 +31,8 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::LayerNormBackward: return "layer_norm_backward";
     case Kernel::SoftmaxForward: return "softmax_forward";
     case Kernel::SoftmaxBackward: return "softmax_backward";
+    case Kernel::AttentionSoftmaxForward: return "attention_softmax_forward";
+    case Kernel::AttentionSoftmaxBackward: return "attention_softmax_backward";
     case Kernel::CrossEntropyForward: return "cross_entropy_forward";
     case Kernel::CrossEntropyBackward: return "cross_entropy_backward";
     case Kernel::EmbeddingForward: return "embedding_forward";

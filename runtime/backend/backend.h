@@ -47,7 +47,8 @@ enum class Kernel : uint8_t {
   MaxPool2dForward, MaxPool2dBackward, AvgPool2dForward, AvgPool2dBackward,
   AdaptiveAvgPool2dForward, AdaptiveAvgPool2dBackward,
   BatchNormForward, BatchNormBackward, LayerNormForward, LayerNormBackward,
-  SoftmaxForward, SoftmaxBackward, CrossEntropyForward, CrossEntropyBackward,
+  SoftmaxForward, SoftmaxBackward, AttentionSoftmaxForward, AttentionSoftmaxBackward,
+  CrossEntropyForward, CrossEntropyBackward,
   EmbeddingForward, EmbeddingBackward,
   SgdUpdate, AdamwUpdate, LambDirection, LarsUpdate, LarsTrustRatios, SquaredNorms,
   AmpUnscaleAndCheck, AmpUpdateScale,
@@ -257,6 +258,16 @@ class Backend {
   virtual void softmax_forward(const Tensor& x, const Tensor& y, bool log) { unsupported("softmax_forward"); }
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx,
                                 bool log) { unsupported("softmax_backward"); }
+  // Attention's softmax (NOTE [ Attention softmax ] in runtime/ops/attention.h):
+  // y = softmax(scale·x + mask) over the last dim, computed in float32 (float64 for float64) and
+  // written in x's dtype. x, y [B, R, N] contiguous, one dtype; mask undefined or a contiguous
+  // float32 [Bm, Q, N] with Bm 1 or B and R a multiple of Q: row r of batch b adds mask row
+  // (Bm == 1 ? 0 : b)·Q + r mod Q.
+  virtual void attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y,
+                                         double scale) { unsupported("attention_softmax_forward"); }
+  // y (the forward output), dy, dx [M, N] contiguous, one dtype: dx = scale·y·(dy − Σ dy·y).
+  virtual void attention_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx,
+                                          double scale) { unsupported("attention_softmax_backward"); }
   // logits [M, C], target int64 [M]. Writes log_probs [M, C] and per-sample losses [M]
   // (0 where target == ignore_index). Label smoothing as PyTorch: (1-ε)·nll + ε·mean(-log p).
   // Target values are data, so the kernel validates them: one outside [0, C) that is not

@@ -122,6 +122,8 @@ class CpuBackend final : public Backend {
 
   void softmax_forward(const Tensor& x, const Tensor& y, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
+  void attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y, double scale) override;
+  void attention_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, double scale) override;
   void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs,
                              const Tensor& losses, int64_t ignore_index,
                              double label_smoothing) override;

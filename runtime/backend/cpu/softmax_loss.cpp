@@ -4,9 +4,12 @@
 // float32 exponentials are vector calls (NOTE [ Vector math from glibc's libmvec ]).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
+#include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/vector_math.h"
 
 namespace dp {
@@ -124,6 +127,101 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tenso
         for (int64_t j = 0; j < N; ++j) out[j] = yr[j] * (g[j] - s);
       }
     });
+  });
+}
+
+// Attention's softmax (backend.h): x, y [B, R, N]; mask float32 [Bm, Q, N] or undefined. Each row
+// is computed in compute_t<T> (float, or double for float64): in place in y for float32/float64,
+// in a per-thread float buffer for float16/bfloat16 (widened on load, rounded once on store).
+void CpuBackend::attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y, double scale) {
+  DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() == 3);
+  const int64_t B = x.size(0), R = x.size(1), N = x.size(2), M = B * R;
+  if (M == 0 || N == 0) return;
+  const float* mp = mask.defined() ? mask.data<float>() : nullptr;
+  const int64_t Q = mask.defined() ? mask.size(1) : 1;
+  const bool mask_per_batch = mask.defined() && mask.size(0) > 1;
+  const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
+  dispatch_floating_and_half(x.dtype(), "attention_softmax_forward", [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    const A s = static_cast<A>(scale);
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<A> buffer(std::is_same_v<T, A> ? 0 : N);
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < M; ++m) {
+        const T* xr = xp + m * N;
+        T* yr = yp + m * N;
+        A* v;
+        if constexpr (std::is_same_v<T, A>) {
+          v = yr;
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) v[j] = xr[j] * s;
+        } else {
+          v = buffer.data();
+          widen(xr, v, N);
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) v[j] *= s;
+        }
+        if (mp) {
+          const float* mr = mp + ((mask_per_batch ? m / R : 0) * Q + (m % R) % Q) * N;
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) v[j] += static_cast<A>(mr[j]);
+        }
+        const A inv_sum = static_cast<A>(1.0 / sum_exp(v, row_max(v, N), N, v));
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) v[j] *= inv_sum;
+        if constexpr (!std::is_same_v<T, A>) narrow(v, yr, N);
+      }
+    }
+  });
+}
+
+// y, dy, dx [M, N]: dx = scale·y·(dy − Σ dy·y), Σ in double, the rest in compute_t<T>.
+void CpuBackend::attention_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, double scale) {
+  DP_ASSERT(y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous() && y.dim() == 2);
+  const int64_t M = y.size(0), N = y.size(1);
+  if (M == 0 || N == 0) return;
+  const int threads = y.numel() >= kParallelGrain ? num_threads_ : 1;
+  dispatch_floating_and_half(y.dtype(), "attention_softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const T* yp = y.data<T>();
+    const T* gp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    const A s = static_cast<A>(scale);
+#pragma omp parallel num_threads(threads)
+    {
+      constexpr bool kWiden = !std::is_same_v<T, A>;
+      std::vector<A> buffer(kWiden ? 3 * N : 0);
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < M; ++m) {
+        const A *yr, *g;
+        A* out;
+        if constexpr (kWiden) {
+          A* yw = buffer.data();
+          A* gw = yw + N;
+          widen(yp + m * N, yw, N);
+          widen(gp + m * N, gw, N);
+          yr = yw;
+          g = gw;
+          out = gw + N;
+        } else {
+          yr = yp + m * N;
+          g = gp + m * N;
+          out = dxp + m * N;
+        }
+        double dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < N; ++j) dot += static_cast<double>(g[j]) * yr[j];
+        const A d = static_cast<A>(dot);
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) out[j] = s * yr[j] * (g[j] - d);
+        if constexpr (kWiden) narrow(out, dxp + m * N, N);
+      }
+    }
   });
 }
 

@@ -196,6 +196,8 @@ class CudaBackend final : public Backend {
   // ---- Softmax and loss (softmax_loss.cpp / softmax_loss.cu) ----
   void softmax_forward(const Tensor& x, const Tensor& y, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
+  void attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y, double scale) override;
+  void attention_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, double scale) override;
   // A target outside [0, C) is a device error (NOTE [ Device errors ]), thrown at the next sync.
   void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& log_probs,
                              const Tensor& losses, int64_t ignore_index,

@@ -1,6 +1,7 @@
-// Front-ends of the softmax, log-softmax and cross-entropy kernels (softmax_loss.cu): operand
-// checks, then one kernel launch each. A cross-entropy target outside [0, C) is found by the
-// kernel and thrown at the next sync (NOTE [ Device errors ], kernel_types.h).
+// Front-ends of the softmax, log-softmax, attention softmax and cross-entropy kernels
+// (softmax_loss.cu): operand checks, then one kernel launch each. A cross-entropy target outside
+// [0, C) is found by the kernel and thrown at the next sync (NOTE [ Device errors ],
+// kernel_types.h).
 #include <cuda_runtime_api.h>
 
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -60,6 +61,52 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tens
   activate();
   DP_CUDA_CHECK(device_,
                 launch_softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(), M, N, log, stream_),
+                op, " ", y.str());
+}
+
+void CudaBackend::attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y, double scale) {
+  constexpr const char* op = "attention_softmax_forward";
+  check_operand(op, x);
+  check_operand(op, y);
+  check_supported(Kernel::AttentionSoftmaxForward, x.dtype());
+  DP_CHECK(x.dim() == 3 && x.is_contiguous(), op, ": expected contiguous scores [B, R, N], got ", x.str());
+  DP_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype() && y.is_contiguous(), op, ": ", y.str(),
+           " does not match ", x.str());
+  const int64_t B = x.size(0), R = x.size(1), N = x.size(2);
+  AttentionMask m;
+  if (mask.defined()) {
+    check_operand(op, mask);
+    DP_CHECK(mask.dtype() == kFloat32 && mask.is_contiguous() && mask.dim() == 3 &&
+                 (mask.size(0) == 1 || mask.size(0) == B) && mask.size(1) >= 1 && R % mask.size(1) == 0 &&
+                 mask.size(2) == N,
+             op, ": the mask must be a contiguous float32 [1 or ", B, ", Q, ", N, "] with Q dividing ", R, ", got ",
+             mask.str());
+    m.data = mask.data<float>();
+    m.rows = mask.size(1);
+    m.rows_per_batch = R;
+    m.per_batch = mask.size(0) > 1;
+  }
+  if (B * R == 0 || N == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_, launch_attention_softmax_forward(x.raw_data(), m, y.raw_data(), x.dtype(), B * R, N, scale, stream_),
+                op, " ", x.str());
+}
+
+void CudaBackend::attention_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, double scale) {
+  constexpr const char* op = "attention_softmax_backward";
+  check_operand(op, y);
+  check_operand(op, dy);
+  check_operand(op, dx);
+  check_supported(Kernel::AttentionSoftmaxBackward, y.dtype());
+  check_rows(op, y, y);
+  check_rows(op, dy, y);
+  check_rows(op, dx, y);
+  const int64_t M = y.size(0), N = y.size(1);
+  if (M == 0 || N == 0) return;
+  activate();
+  DP_CUDA_CHECK(device_,
+                launch_attention_softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(), M, N, scale,
+                                                  stream_),
                 op, " ", y.str());
 }
 

@@ -1,10 +1,11 @@
 // Op harness table: batch_norm (training and eval, affine or not, running stats or not, 2-D and
-// 4-D), layer_norm, softmax/log_softmax, cross_entropy (reductions, label smoothing,
+// 4-D), layer_norm, softmax/log_softmax, attention_softmax, cross_entropy (reductions, label smoothing,
 // ignore_index) and embedding (padding_idx).
 #include <string>
 #include <vector>
 
 #include "common/op_harness.h"
+#include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/loss.h"
@@ -94,6 +95,30 @@ std::vector<OpCase> norm_loss_cases() {
   cases.push_back({"log_softmax_single_class_4x1", sk, {InputSpec("x", {4, 1})},
                    [](const V& v) { return V{log_softmax(v[0], -1)}; }, true, st});
   cases.push_back({"softmax_empty_0x5", sk, {InputSpec("x", {0, 5})}, [](const V& v) { return V{softmax(v[0], -1)}; }});
+
+  // ---- attention_softmax: scores, then the additive mask (NOTE [ Attention softmax ]) ----
+  const std::vector<Kernel> ak{Kernel::AttentionSoftmaxForward, Kernel::AttentionSoftmaxBackward, Kernel::Copy};
+  auto attention_case = [&](const std::string& name, std::vector<InputSpec> inputs, double scale) {
+    cases.push_back({name, ak, std::move(inputs),
+                     [scale](const V& v) { return V{attention_softmax(v[0], v.size() > 1 ? v[1] : Tensor(), scale)}; },
+                     true, st});
+  };
+  // A key mask per batch element (BERT's padding mask), warp kernel.
+  attention_case("attention_softmax_key_mask_2x3x5x7",
+                 {InputSpec("scores", {2, 3, 5, 7}).range(-3, 3), InputSpec("mask", {2, 1, 1, 7}).range(-4, 0).no_grad()},
+                 0.5);
+  // A mask per query (packed rows' block-diagonal mask), scores a transposed view.
+  attention_case("attention_softmax_query_mask_2x2x4x4_transposed",
+                 {InputSpec("scores", {2, 2, 4, 4}).range(-3, 3).transposed(),
+                  InputSpec("mask", {2, 1, 4, 4}).range(-4, 0).no_grad()},
+                 0.25);
+  attention_case("attention_softmax_no_mask_1x2x3x33_narrowed", {InputSpec("scores", {1, 2, 3, 33}).range(-3, 3).narrowed()},
+                 0.125);
+  // Rows past a warp's 1024 columns (the block kernels), one mask for every batch element.
+  attention_case("attention_softmax_long_rows_3x1x2x1100",
+                 {InputSpec("scores", {3, 1, 2, 1100}).range(-3, 3), InputSpec("mask", {1, 1, 1, 1100}).range(-4, 0).no_grad()},
+                 1.0);
+  attention_case("attention_softmax_empty_0x2x3x4", {InputSpec("scores", {0, 2, 3, 4})}, 1.0);
 
   // ---- cross_entropy ----
   const std::vector<Kernel> xk{Kernel::CrossEntropyForward, Kernel::CrossEntropyBackward, Kernel::Reduce,
