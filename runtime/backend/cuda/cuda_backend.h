@@ -258,6 +258,9 @@ class CudaBackend final : public Backend {
   // After the stream has been waited for: throws the recorded device error, if any, and clears
   // it (NOTE [ Device errors ]).
   void raise_device_errors();
+  // softmax_backward and attention_softmax_backward: checks, then one launch (softmax_loss.cpp).
+  void rows_backward(const char* op, Kernel kernel, const Tensor& y, const Tensor& dy, const Tensor& dx, bool log,
+                     double scale);
 
   int device_;
   CudaOptions options_;

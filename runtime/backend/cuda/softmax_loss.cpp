@@ -43,25 +43,9 @@ void CudaBackend::softmax_forward(const Tensor& x, const Tensor& y, bool log) {
   const int64_t M = x.size(0), N = x.size(1);
   if (M == 0 || N == 0) return;
   activate();
-  DP_CUDA_CHECK(device_, launch_softmax_forward(x.raw_data(), y.raw_data(), x.dtype(), M, N, log, stream_), op,
-                " ", x.str());
-}
-
-void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
-  const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  check_operand(op, y);
-  check_operand(op, dy);
-  check_operand(op, dx);
-  check_supported(Kernel::SoftmaxBackward, y.dtype());
-  check_rows(op, y, y);
-  check_rows(op, dy, y);
-  check_rows(op, dx, y);
-  const int64_t M = y.size(0), N = y.size(1);
-  if (M == 0 || N == 0) return;
-  activate();
   DP_CUDA_CHECK(device_,
-                launch_softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(), M, N, log, stream_),
-                op, " ", y.str());
+                launch_softmax_forward(x.raw_data(), AttentionMask{}, y.raw_data(), x.dtype(), M, N, log, 1.0, stream_),
+                op, " ", x.str());
 }
 
 void CudaBackend::attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y, double scale) {
@@ -88,16 +72,27 @@ void CudaBackend::attention_softmax_forward(const Tensor& x, const Tensor& mask,
   }
   if (B * R == 0 || N == 0) return;
   activate();
-  DP_CUDA_CHECK(device_, launch_attention_softmax_forward(x.raw_data(), m, y.raw_data(), x.dtype(), B * R, N, scale, stream_),
+  DP_CUDA_CHECK(device_,
+                launch_softmax_forward(x.raw_data(), m, y.raw_data(), x.dtype(), B * R, N, /*log=*/false, scale,
+                                       stream_),
                 op, " ", x.str());
 }
 
+void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
+  rows_backward(log ? "log_softmax_backward" : "softmax_backward", Kernel::SoftmaxBackward, y, dy, dx, log, 1.0);
+}
+
 void CudaBackend::attention_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, double scale) {
-  constexpr const char* op = "attention_softmax_backward";
+  rows_backward("attention_softmax_backward", Kernel::AttentionSoftmaxBackward, y, dy, dx, false, scale);
+}
+
+// Softmax and attention softmax backward: y, dy, dx contiguous [M, N] of one dtype.
+void CudaBackend::rows_backward(const char* op, Kernel kernel, const Tensor& y, const Tensor& dy, const Tensor& dx,
+                                bool log, double scale) {
   check_operand(op, y);
   check_operand(op, dy);
   check_operand(op, dx);
-  check_supported(Kernel::AttentionSoftmaxBackward, y.dtype());
+  check_supported(kernel, y.dtype());
   check_rows(op, y, y);
   check_rows(op, dy, y);
   check_rows(op, dx, y);
@@ -105,8 +100,8 @@ void CudaBackend::attention_softmax_backward(const Tensor& y, const Tensor& dy, 
   if (M == 0 || N == 0) return;
   activate();
   DP_CUDA_CHECK(device_,
-                launch_attention_softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(), M, N, scale,
-                                                  stream_),
+                launch_softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(), M, N, log, scale,
+                                        stream_),
                 op, " ", y.str());
 }
 

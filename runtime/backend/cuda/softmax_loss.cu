@@ -128,24 +128,42 @@ __device__ __forceinline__ void write_loss(const T* xr, int64_t t, int64_t m, in
 }
 
 // ---- Softmax forward --------------------------------------------------------------------------
+//
+// One set of kernels serves softmax, log-softmax and attention's softmax: each row's logits are
+// scale·x + its mask row (AttentionMask in softmax_loss_kernels.h). Plain softmax passes scale 1
+// and no mask, which leaves every value as it was (x·1 is exact; no mask adds nothing).
+
+// Row m's additive mask row, or null.
+__device__ __forceinline__ const float* mask_row(const AttentionMask& mask, int64_t m, int64_t N) {
+  if (mask.data == nullptr) return nullptr;
+  const int64_t b = mask.per_batch ? m / mask.rows_per_batch : 0;
+  return mask.data + (b * mask.rows + (m % mask.rows_per_batch) % mask.rows) * N;
+}
+
+template <typename A>
+__device__ __forceinline__ A logit(A x, A scale, const float* mr, int64_t j) {
+  return mr == nullptr ? x * scale : x * scale + A(mr[j]);
+}
 
 // x, y [M, N] contiguous; N <= 32 * ITEMS; one warp per row.
 template <typename T, int ITEMS, bool LOG>
 __global__ void __launch_bounds__(kWarpBlockThreads)
-    softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t M, int N) {
+    softmax_forward_warp_kernel(const T* __restrict__ x, AttentionMask mask, T* __restrict__ y, int64_t M, int N,
+                                acc_t<T> scale) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock;
   for (int64_t m = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + (threadIdx.x >> 5); m < M;
        m += row_stride) {
     const T* xr = x + m * N;
+    const float* mr = mask_row(mask, m, N);
     T* yr = y + m * N;
     A v[ITEMS];
     A mx = A(-INFINITY);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = lane + 32 * i;
-      v[i] = j < N ? convert<A>(xr[j]) : A(-INFINITY);
+      v[i] = j < N ? logit(convert<A>(xr[j]), scale, mr, j) : A(-INFINITY);
       mx = fmax(mx, v[i]);
     }
     mx = warp_max(mx);
@@ -180,25 +198,29 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
 // x, y [M, N] contiguous; one block per row.
 template <typename T, bool LOG>
 __global__ void __launch_bounds__(kMaxRowThreads)
-    softmax_forward_block_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t M, int64_t N) {
+    softmax_forward_block_kernel(const T* __restrict__ x, AttentionMask mask, T* __restrict__ y, int64_t M, int64_t N,
+                                 acc_t<T> scale) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const int tid = threadIdx.x, nthreads = blockDim.x;
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const T* xr = x + m * N;
+    const float* mr = mask_row(mask, m, N);
     T* yr = y + m * N;
     A mx = A(-INFINITY), s = A(0);
-    row_pass<1, T>(xr, nullptr, nullptr, N, tid, nthreads, [&](int64_t, A v, A) {
-      online_add(mx, s, v);
+    row_pass<1, T>(xr, nullptr, nullptr, N, tid, nthreads, [&](int64_t j, A v, A) {
+      online_add(mx, s, logit(v, scale, mr, j));
       return A(0);
     });
     block_online_combine(mx, s, scratch);
     if constexpr (LOG) {
       const A lse = mx + log_acc(s);
-      row_pass<1, T>(xr, nullptr, yr, N, tid, nthreads, [&](int64_t, A v, A) { return v - lse; });
+      row_pass<1, T>(xr, nullptr, yr, N, tid, nthreads,
+                     [&](int64_t j, A v, A) { return logit(v, scale, mr, j) - lse; });
     } else {
       const A inv_sum = A(1) / s;
-      row_pass<1, T>(xr, nullptr, yr, N, tid, nthreads, [&](int64_t, A v, A) { return exp_acc(v - mx) * inv_sum; });
+      row_pass<1, T>(xr, nullptr, yr, N, tid, nthreads,
+                     [&](int64_t j, A v, A) { return exp_acc(logit(v, scale, mr, j) - mx) * inv_sum; });
     }
   }
 }
@@ -206,11 +228,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 // ---- Softmax backward -------------------------------------------------------------------------
 
 // y, dy, dx [M, N] contiguous; N <= 32 * ITEMS; one warp per row.
-// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy.
+// softmax: dx = scale·y·(dy − Σ dy·y) (scale 1 but for attention's); log_softmax: dx = dy − exp(y)·Σ dy.
 template <typename T, int ITEMS, bool LOG>
 __global__ void __launch_bounds__(kWarpBlockThreads)
     softmax_backward_warp_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t M,
-                                 int N) {
+                                 int N, acc_t<T> scale) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock;
@@ -232,7 +254,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = lane + 32 * i;
-      if (j < N) out[j] = convert<T>(LOG ? gv[i] - exp_acc(yv[i]) * dot : yv[i] * (gv[i] - dot));
+      if (j < N) out[j] = convert<T>(LOG ? gv[i] - exp_acc(yv[i]) * dot : scale * yv[i] * (gv[i] - dot));
     }
   }
 }
@@ -241,7 +263,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
 template <typename T, bool LOG>
 __global__ void __launch_bounds__(kMaxRowThreads)
     softmax_backward_block_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t M,
-                                  int64_t N) {
+                                  int64_t N, acc_t<T> scale) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const int tid = threadIdx.x, nthreads = blockDim.x;
@@ -256,134 +278,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     });
     dot = block_sum(dot, scratch);
     row_pass<2, T>(yr, gr, out, N, tid, nthreads, [&](int64_t, A yv, A gv) {
-      return LOG ? gv - exp_acc(yv) * dot : yv * (gv - dot);
+      return LOG ? gv - exp_acc(yv) * dot : scale * yv * (gv - dot);
     });
-  }
-}
-
-// ---- Attention softmax (backend.h: attention_softmax_forward/backward) -------------------------
-
-// Row m's additive mask row (AttentionMask in softmax_loss_kernels.h), or null.
-__device__ __forceinline__ const float* mask_row(const AttentionMask& mask, int64_t m, int64_t N) {
-  if (mask.data == nullptr) return nullptr;
-  const int64_t b = mask.per_batch ? m / mask.rows_per_batch : 0;
-  return mask.data + (b * mask.rows + (m % mask.rows_per_batch) % mask.rows) * N;
-}
-
-// x, y [M, N] contiguous; N <= 32 * ITEMS; one warp per row. y = softmax(scale·x + mask row).
-template <typename T, int ITEMS>
-__global__ void __launch_bounds__(kWarpBlockThreads)
-    attention_softmax_forward_warp_kernel(const T* __restrict__ x, AttentionMask mask, T* __restrict__ y, int64_t M,
-                                          int N, acc_t<T> scale) {
-  using A = acc_t<T>;
-  const int lane = threadIdx.x & 31;
-  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock;
-  for (int64_t m = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + (threadIdx.x >> 5); m < M;
-       m += row_stride) {
-    const T* xr = x + m * N;
-    const float* mr = mask_row(mask, m, N);
-    T* yr = y + m * N;
-    A v[ITEMS];
-    A mx = A(-INFINITY);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = lane + 32 * i;
-      v[i] = j < N ? convert<A>(xr[j]) * scale + (mr != nullptr ? A(mr[j]) : A(0)) : A(-INFINITY);
-      mx = fmax(mx, v[i]);
-    }
-    mx = warp_max(mx);
-    A s = A(0);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if (lane + 32 * i < N) {
-        v[i] = exp_acc(v[i] - mx);
-        s += v[i];
-      }
-    }
-    const A inv_sum = A(1) / warp_sum(s);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = lane + 32 * i;
-      if (j < N) yr[j] = convert<T>(v[i] * inv_sum);
-    }
-  }
-}
-
-// x, y [M, N] contiguous; one block per row; the row read twice (online max and sum, then write).
-template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads)
-    attention_softmax_forward_block_kernel(const T* __restrict__ x, AttentionMask mask, T* __restrict__ y, int64_t M,
-                                           int64_t N, acc_t<T> scale) {
-  using A = acc_t<T>;
-  __shared__ A scratch[32];
-  const int tid = threadIdx.x, nthreads = blockDim.x;
-  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const T* xr = x + m * N;
-    const float* mr = mask_row(mask, m, N);
-    T* yr = y + m * N;
-    auto logit = [&](int64_t j, A v) { return v * scale + (mr != nullptr ? A(mr[j]) : A(0)); };
-    A mx = A(-INFINITY), s = A(0);
-    row_pass<1, T>(xr, nullptr, nullptr, N, tid, nthreads, [&](int64_t j, A v, A) {
-      online_add(mx, s, logit(j, v));
-      return A(0);
-    });
-    block_online_combine(mx, s, scratch);
-    const A inv_sum = A(1) / s;
-    row_pass<1, T>(xr, nullptr, yr, N, tid, nthreads,
-                   [&](int64_t j, A v, A) { return exp_acc(logit(j, v) - mx) * inv_sum; });
-  }
-}
-
-// y, dy, dx [M, N] contiguous; N <= 32 * ITEMS; one warp per row. dx = scale·y·(dy − Σ dy·y).
-template <typename T, int ITEMS>
-__global__ void __launch_bounds__(kWarpBlockThreads)
-    attention_softmax_backward_warp_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
-                                           int64_t M, int N, acc_t<T> scale) {
-  using A = acc_t<T>;
-  const int lane = threadIdx.x & 31;
-  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock;
-  for (int64_t m = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + (threadIdx.x >> 5); m < M;
-       m += row_stride) {
-    const T* yr = y + m * N;
-    const T* gr = dy + m * N;
-    T* out = dx + m * N;
-    A yv[ITEMS], gv[ITEMS];
-    A dot = A(0);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = lane + 32 * i;
-      yv[i] = j < N ? convert<A>(yr[j]) : A(0);
-      gv[i] = j < N ? convert<A>(gr[j]) : A(0);
-      dot += gv[i] * yv[i];
-    }
-    dot = warp_sum(dot);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = lane + 32 * i;
-      if (j < N) out[j] = convert<T>(scale * yv[i] * (gv[i] - dot));
-    }
-  }
-}
-
-// y, dy, dx [M, N] contiguous; one block per row.
-template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads)
-    attention_softmax_backward_block_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
-                                            int64_t M, int64_t N, acc_t<T> scale) {
-  using A = acc_t<T>;
-  __shared__ A scratch[32];
-  const int tid = threadIdx.x, nthreads = blockDim.x;
-  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const T* yr = y + m * N;
-    const T* gr = dy + m * N;
-    T* out = dx + m * N;
-    A dot = A(0);
-    row_pass<2, T>(yr, gr, nullptr, N, tid, nthreads, [&](int64_t, A yv, A gv) {
-      dot += gv * yv;
-      return A(0);
-    });
-    dot = block_sum(dot, scratch);
-    row_pass<2, T>(yr, gr, out, N, tid, nthreads, [&](int64_t, A yv, A gv) { return scale * yv * (gv - dot); });
   }
 }
 
@@ -523,69 +419,8 @@ int block_row_threads(int64_t N) { return N <= 4096 ? 256 : kMaxRowThreads; }
 
 // ---- Launchers --------------------------------------------------------------------------------
 
-cudaError_t launch_softmax_forward(const void* x, void* y, DType dtype, int64_t M, int64_t N, bool log,
-                                   cudaStream_t stream) {
-  if (M < 0 || N < 0) return cudaErrorInvalidValue;
-  if (M == 0 || N == 0) return cudaSuccess;
-  if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
-  const bool ok = dispatch_floating_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = static_cast<const T*>(x);
-    T* yp = static_cast<T*>(y);
-    if (N <= kWarpMaxCols) {
-      with_items(N, [&](auto items) {
-        constexpr int kItems = decltype(items)::value;
-        if (log)
-          softmax_forward_warp_kernel<T, kItems, true>
-              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(xp, yp, M, static_cast<int>(N));
-        else
-          softmax_forward_warp_kernel<T, kItems, false>
-              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(xp, yp, M, static_cast<int>(N));
-      });
-    } else if (log) {
-      softmax_forward_block_kernel<T, true><<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(xp, yp, M, N);
-    } else {
-      softmax_forward_block_kernel<T, false><<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(xp, yp, M, N);
-    }
-  });
-  if (!ok) return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
-
-cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t M, int64_t N,
-                                    bool log, cudaStream_t stream) {
-  if (M < 0 || N < 0) return cudaErrorInvalidValue;
-  if (M == 0 || N == 0) return cudaSuccess;
-  if (y == nullptr || dy == nullptr || dx == nullptr) return cudaErrorInvalidValue;
-  const bool ok = dispatch_floating_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* yp = static_cast<const T*>(y);
-    const T* gp = static_cast<const T*>(dy);
-    T* dxp = static_cast<T*>(dx);
-    if (N <= kWarpMaxCols) {
-      with_items(N, [&](auto items) {
-        constexpr int kItems = decltype(items)::value;
-        if (log)
-          softmax_backward_warp_kernel<T, kItems, true>
-              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(yp, gp, dxp, M, static_cast<int>(N));
-        else
-          softmax_backward_warp_kernel<T, kItems, false>
-              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(yp, gp, dxp, M, static_cast<int>(N));
-      });
-    } else if (log) {
-      softmax_backward_block_kernel<T, true>
-          <<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(yp, gp, dxp, M, N);
-    } else {
-      softmax_backward_block_kernel<T, false>
-          <<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(yp, gp, dxp, M, N);
-    }
-  });
-  if (!ok) return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
-
-cudaError_t launch_attention_softmax_forward(const void* x, AttentionMask mask, void* y, DType dtype, int64_t M,
-                                             int64_t N, double scale, cudaStream_t stream) {
+cudaError_t launch_softmax_forward(const void* x, const AttentionMask& mask, void* y, DType dtype, int64_t M, int64_t N,
+                                   bool log, double scale, cudaStream_t stream) {
   if (M < 0 || N < 0) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaSuccess;
   if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
@@ -596,23 +431,31 @@ cudaError_t launch_attention_softmax_forward(const void* x, AttentionMask mask, 
     using A = acc_t<T>;
     const T* xp = static_cast<const T*>(x);
     T* yp = static_cast<T*>(y);
+    const A s = static_cast<A>(scale);
     if (N <= kWarpMaxCols) {
       with_items(N, [&](auto items) {
         constexpr int kItems = decltype(items)::value;
-        attention_softmax_forward_warp_kernel<T, kItems><<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(
-            xp, mask, yp, M, static_cast<int>(N), static_cast<A>(scale));
+        if (log)
+          softmax_forward_warp_kernel<T, kItems, true>
+              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(xp, mask, yp, M, static_cast<int>(N), s);
+        else
+          softmax_forward_warp_kernel<T, kItems, false>
+              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(xp, mask, yp, M, static_cast<int>(N), s);
       });
+    } else if (log) {
+      softmax_forward_block_kernel<T, true>
+          <<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(xp, mask, yp, M, N, s);
     } else {
-      attention_softmax_forward_block_kernel<T><<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(
-          xp, mask, yp, M, N, static_cast<A>(scale));
+      softmax_forward_block_kernel<T, false>
+          <<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(xp, mask, yp, M, N, s);
     }
   });
   if (!ok) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
-cudaError_t launch_attention_softmax_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t M,
-                                              int64_t N, double scale, cudaStream_t stream) {
+cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t M, int64_t N,
+                                    bool log, double scale, cudaStream_t stream) {
   if (M < 0 || N < 0) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaSuccess;
   if (y == nullptr || dy == nullptr || dx == nullptr) return cudaErrorInvalidValue;
@@ -622,15 +465,23 @@ cudaError_t launch_attention_softmax_backward(const void* y, const void* dy, voi
     const T* yp = static_cast<const T*>(y);
     const T* gp = static_cast<const T*>(dy);
     T* dxp = static_cast<T*>(dx);
+    const A s = static_cast<A>(scale);
     if (N <= kWarpMaxCols) {
       with_items(N, [&](auto items) {
         constexpr int kItems = decltype(items)::value;
-        attention_softmax_backward_warp_kernel<T, kItems><<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(
-            yp, gp, dxp, M, static_cast<int>(N), static_cast<A>(scale));
+        if (log)
+          softmax_backward_warp_kernel<T, kItems, true>
+              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(yp, gp, dxp, M, static_cast<int>(N), s);
+        else
+          softmax_backward_warp_kernel<T, kItems, false>
+              <<<warp_row_blocks(M), kWarpBlockThreads, 0, stream>>>(yp, gp, dxp, M, static_cast<int>(N), s);
       });
+    } else if (log) {
+      softmax_backward_block_kernel<T, true>
+          <<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(yp, gp, dxp, M, N, s);
     } else {
-      attention_softmax_backward_block_kernel<T><<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(
-          yp, gp, dxp, M, N, static_cast<A>(scale));
+      softmax_backward_block_kernel<T, false>
+          <<<block_row_blocks(M), block_row_threads(N), 0, stream>>>(yp, gp, dxp, M, N, s);
     }
   });
   if (!ok) return cudaErrorInvalidValue;

@@ -1,7 +1,8 @@
 // Launchers for the CUDA kernels in softmax_loss.cu: softmax / log-softmax over the last dim of
-// contiguous [M, N] rows, attention's scaled and masked softmax, and the fused cross-entropy
-// forward (log-softmax + per-sample loss) and backward (conventions in kernel_types.h). Floating dtypes only (float32, float64, float16,
-// bfloat16); half types compute in float, float64 in double.
+// contiguous [M, N] rows (attention's scaled and masked softmax too), and the fused
+// cross-entropy forward (log-softmax + per-sample loss) and backward (conventions in
+// kernel_types.h). Floating dtypes only (float32, float64, float16, bfloat16); half types compute
+// in float, float64 in double.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,15 +14,6 @@
 
 namespace dp::cuda {
 
-// x, y [M, N] contiguous, same dtype. log: y = x − logΣexp(x); else y = exp(x − max) / Σ.
-cudaError_t launch_softmax_forward(const void* x, void* y, DType dtype, int64_t M, int64_t N, bool log,
-                                   cudaStream_t stream);
-
-// y (the forward output), dy, dx [M, N] contiguous, same dtype.
-// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy.
-cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t M, int64_t N,
-                                    bool log, cudaStream_t stream);
-
 // Attention's additive mask (backend.h's attention_softmax_forward): contiguous float32
 // [Bm, rows, N]; row m of the scores adds mask row (per_batch ? m / rows_per_batch : 0)·rows +
 // (m mod rows_per_batch) mod rows. data null: no mask.
@@ -32,13 +24,15 @@ struct AttentionMask {
   bool per_batch = false;      // Bm == B (else 1: one mask for every batch element)
 };
 
-// x, y [M, N] contiguous, same dtype: y = softmax(scale·x + mask row), in acc_t.
-cudaError_t launch_attention_softmax_forward(const void* x, AttentionMask mask, void* y, DType dtype, int64_t M,
-                                             int64_t N, double scale, cudaStream_t stream);
+// x, y [M, N] contiguous, same dtype; each row's logits are z = scale·x + its mask row (plain
+// softmax: scale 1, no mask). log: y = z − logΣexp(z); else y = exp(z − max) / Σ.
+cudaError_t launch_softmax_forward(const void* x, const AttentionMask& mask, void* y, DType dtype, int64_t M,
+                                   int64_t N, bool log, double scale, cudaStream_t stream);
 
-// y (the forward output), dy, dx [M, N] contiguous, same dtype: dx = scale·y·(dy − Σ dy·y).
-cudaError_t launch_attention_softmax_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t M,
-                                              int64_t N, double scale, cudaStream_t stream);
+// y (the forward output), dy, dx [M, N] contiguous, same dtype.
+// softmax: dx = scale·y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy (scale unused).
+cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t M, int64_t N,
+                                    bool log, double scale, cudaStream_t stream);
 
 // logits, log_probs [M, C] contiguous (dtype); target int64 [M]; losses [M] (dtype).
 // loss = −(1−ε)·log p[t] − (ε/C)·Σ_c log p[c]; 0 where t == ignore_index. A target outside

@@ -97,7 +97,8 @@ TEST_F(AttentionSoftmaxTest, AFullyMaskedRowIsUniformAndFinite) {
 
 TEST_F(AttentionSoftmaxTest, BadShapesAndAMaskWithGradientAreErrors) {
   const Tensor scores = in({2, 3, 4, 5});
-  EXPECT_ERROR_CONTAINS(attention_softmax(in({3, 4, 5}), Tensor(), 1.0), "expected scores [batch, heads, queries, keys]");
+  EXPECT_ERROR_CONTAINS(attention_softmax(in({3, 4, 5}), Tensor(), 1.0),
+                        "expected scores [batch, heads, queries, keys]");
   EXPECT_ERROR_CONTAINS(attention_softmax(scores, in({2, 3, 1, 5}), 1.0), "the mask must be [2 or 1, 1, 1 or 4, 5]");
   EXPECT_ERROR_CONTAINS(attention_softmax(scores, in({2, 1, 1, 4}), 1.0), "the mask must be");
   Tensor trainable_mask = in({2, 1, 1, 5});
