@@ -2,8 +2,9 @@
 //
 // NOTE [ Checkpoint layout ]
 // <run.output_dir>/checkpoints/step_<00000000N>/ holds
-//   model.safetensors   every parameter and buffer with torch's names (what run.weights_file
-//                       holds: torchvision and model.init_from read it as it is);
+//   model.safetensors   every parameter and buffer with torch's names, a tied one once (as
+//                       Hugging Face's files: without_tied_duplicates in runtime/nn/module.h);
+//                       model.init_from reads it as it is, torchvision too;
 //   state.safetensors   everything else a run needs to continue, as named tensors: the
 //                       optimiser's state_dict() under "optimizer.", the loss scaler's under
 //                       "scaler.", the schedule clock's under "clock." (the trainer decides);

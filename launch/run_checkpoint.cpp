@@ -95,7 +95,7 @@ Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const Chec
              {"num_classes", std::to_string(config.model.num_classes)},
              {"optimizer", config.optimizer.name},
              {kConfigFact, resume_relevant_config(config)}};
-  c.model = run.model->state_dict();
+  c.model = nn::without_tied_duplicates(run.model->state_dict());  // BERT's decoder is its word embedding
   for (const auto& [name, t] : run.optimizer->state_dict()) c.state.emplace_back("optimizer." + name, t);
   for (const auto& [name, t] : run.scaler->state_dict()) c.state.emplace_back("scaler." + name, t);
   c.state.emplace_back("clock.steps", scalar_tensor(static_cast<double>(run.clock->steps()), kInt64, run.cpu));

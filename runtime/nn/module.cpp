@@ -69,6 +69,12 @@ std::vector<NamedTensor> Module::state_dict() const {
   return out;
 }
 
+std::vector<NamedTensor> without_tied_duplicates(std::vector<NamedTensor> state) {
+  std::set<const TensorImpl*> seen;
+  std::erase_if(state, [&](const NamedTensor& entry) { return !seen.insert(entry.second.impl_ptr().get()).second; });
+  return state;
+}
+
 Module::LoadReport Module::load_state_dict(const std::vector<NamedTensor>& state, bool strict) {
   const std::vector<NamedTensor> mine = state_dict();
   std::map<std::string, const Tensor*> given;

@@ -24,6 +24,11 @@ namespace dp::nn {
 
 using NamedTensor = std::pair<std::string, Tensor>;
 
+// `state` with every tensor once: one held under several names (NOTE [ Tied parameters ] in
+// module.cpp) keeps its first, as Hugging Face's safetensors files do; load_state_dict takes it
+// back whole. (A torch state_dict lists every name, sharing the storage.)
+std::vector<NamedTensor> without_tied_duplicates(std::vector<NamedTensor> state);
+
 class Module {
  public:
   Module() = default;

@@ -139,6 +139,17 @@ TEST_F(Bert, AResumedRunEndsWithTheUninterruptedModel) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_THAT(second.output, HasSubstr("after step 15 (epoch 1, step 15 of "));
   EXPECT_EQ(dp::testing::model_digest(second.output), dp::testing::model_digest(whole.output));
+  // The checkpoint holds the tied MLM decoder once, as the word embedding (and the head's bias).
+  dp::Runtime runtime;
+  size_t embeddings = 0, decoders = 0;
+  for (const auto& [name, t] : dp::load_tensors(
+           (scratch_.path() / "parts" / "checkpoints" / "step_000000015" / "model.safetensors").string(),
+           runtime.cpu())) {
+    embeddings += name == "bert.embeddings.word_embeddings.weight" || name == "cls.predictions.bias";
+    decoders += name.rfind("cls.predictions.decoder.", 0) == 0;
+  }
+  EXPECT_EQ(embeddings, 2u);
+  EXPECT_EQ(decoders, 0u);
   EXPECT_NE(dp::testing::model_digest(first.output), dp::testing::model_digest(whole.output));
 }
 

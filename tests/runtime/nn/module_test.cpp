@@ -89,6 +89,9 @@ TEST_F(ModuleTest, ATiedTensorIsOneParameterWithTwoStateNames) {
   tied.decoder->register_parameter("weight", tied.embed->weight);
   EXPECT_EQ(names_of(tied.named_parameters()), (std::vector<std::string>{"embed.weight"}));  // once, as torch
   EXPECT_EQ(names_of(tied.state_dict()), (std::vector<std::string>{"embed.weight", "decoder.weight"}));
+  // Written once (checkpoints: as Hugging Face's files), under the first name.
+  EXPECT_EQ(names_of(without_tied_duplicates(tied.state_dict())), (std::vector<std::string>{"embed.weight"}));
+  EXPECT_TRUE(tied.load_state_dict(without_tied_duplicates(tied.state_dict())).missing.empty());
   // Either name alone loads it (Hugging Face files keep one); both must agree.
   const Tensor value = full({4, 3}, 0.5, kFloat32, cpu);
   EXPECT_TRUE(tied.load_state_dict({{"decoder.weight", value}}).missing.empty());
