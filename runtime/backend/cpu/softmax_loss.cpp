@@ -70,11 +70,13 @@ void check_targets(const int64_t* target, int64_t M, int64_t C, int64_t ignore_i
 
 }  // namespace
 
-// x, y [M, N] contiguous.
+// x, y [M, N] contiguous. Softmax is attention's softmax with scale 1 and no mask (one kernel,
+// as on CUDA); log-softmax here.
 void CpuBackend::softmax_forward(const Tensor& x, const Tensor& y, bool log) {
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() == 2);
   const int64_t M = x.size(0), N = x.size(1);
   if (N == 0) return;
+  if (!log) return attention_softmax_forward(x.view({1, M, N}), Tensor(), y.view({1, M, N}), 1.0);
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
   dispatch_floating(x.dtype(), "softmax_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -83,24 +85,18 @@ void CpuBackend::softmax_forward(const Tensor& x, const Tensor& y, bool log) {
     for_each_row(M, threads, [&](int64_t m) {
       const T* xr = xp + m * N;
       T* yr = yp + m * N;
-      if (log) {
-        const T lse = log_sum_exp(xr, N);
+      const T lse = log_sum_exp(xr, N);
 #pragma omp simd
-        for (int64_t j = 0; j < N; ++j) yr[j] = xr[j] - lse;
-      } else {
-        // Exponentials stored once, then scaled: one exp per element.
-        const T inv_sum = static_cast<T>(1.0 / sum_exp(xr, row_max(xr, N), N, yr));
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) yr[j] *= inv_sum;
-      }
+      for (int64_t j = 0; j < N; ++j) yr[j] = xr[j] - lse;
     });
   });
 }
 
 // y (the forward output), dy, dx [M, N] contiguous.
-// softmax: dx = y·(dy - Σ dy·y); log_softmax: dx = dy - exp(y)·Σ dy.
+// softmax: dx = y·(dy - Σ dy·y) (attention's backward with scale 1); log_softmax: dx = dy - exp(y)·Σ dy.
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
   DP_ASSERT(y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous() && y.dim() == 2);
+  if (!log) return attention_softmax_backward(y, dy, dx, 1.0);
   const int64_t M = y.size(0), N = y.size(1);
   const int threads = y.numel() >= kParallelGrain ? num_threads_ : 1;
   dispatch_floating(y.dtype(), "softmax_backward", [&](auto tag) {
@@ -113,19 +109,11 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tenso
       const T* g = gp + m * N;
       T* out = dxp + m * N;
       double dot = 0;
-      if (log) {
 #pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < N; ++j) dot += g[j];
-        const T s = static_cast<T>(dot);
+      for (int64_t j = 0; j < N; ++j) dot += g[j];
+      const T s = static_cast<T>(dot);
 #pragma omp simd
-        for (int64_t j = 0; j < N; ++j) out[j] = g[j] - std::exp(yr[j]) * s;
-      } else {
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < N; ++j) dot += static_cast<double>(g[j]) * yr[j];
-        const T s = static_cast<T>(dot);
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) out[j] = yr[j] * (g[j] - s);
-      }
+      for (int64_t j = 0; j < N; ++j) out[j] = g[j] - std::exp(yr[j]) * s;
     });
   });
 }
@@ -133,6 +121,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tenso
 // Attention's softmax (backend.h): x, y [B, R, N]; mask float32 [Bm, Q, N] or undefined. Each row
 // is computed in compute_t<T> (float, or double for float64): in place in y for float32/float64,
 // in a per-thread float buffer for float16/bfloat16 (widened on load, rounded once on store).
+// With scale 1 and no mask (plain softmax) float32/float64 rows are read straight from x.
 void CpuBackend::attention_softmax_forward(const Tensor& x, const Tensor& mask, const Tensor& y, double scale) {
   DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() == 3);
   const int64_t B = x.size(0), R = x.size(1), N = x.size(2), M = B * R;
@@ -154,23 +143,29 @@ void CpuBackend::attention_softmax_forward(const Tensor& x, const Tensor& mask, 
       for (int64_t m = 0; m < M; ++m) {
         const T* xr = xp + m * N;
         T* yr = yp + m * N;
-        A* v;
+        A* v;             // the row's exponentials, then probabilities
+        const A* logits;  // scale·x + mask row
         if constexpr (std::is_same_v<T, A>) {
           v = yr;
+          logits = xr;
+          if (s != A(1) || mp) {
 #pragma omp simd
-          for (int64_t j = 0; j < N; ++j) v[j] = xr[j] * s;
+            for (int64_t j = 0; j < N; ++j) v[j] = xr[j] * s;
+            logits = v;
+          }
         } else {
           v = buffer.data();
           widen(xr, v, N);
 #pragma omp simd
           for (int64_t j = 0; j < N; ++j) v[j] *= s;
+          logits = v;
         }
-        if (mp) {
+        if (mp) {  // logits == v here
           const float* mr = mp + ((mask_per_batch ? m / R : 0) * Q + (m % R) % Q) * N;
 #pragma omp simd
           for (int64_t j = 0; j < N; ++j) v[j] += static_cast<A>(mr[j]);
         }
-        const A inv_sum = static_cast<A>(1.0 / sum_exp(v, row_max(v, N), N, v));
+        const A inv_sum = static_cast<A>(1.0 / sum_exp(logits, row_max(logits, N), N, v));
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j) v[j] *= inv_sum;
         if constexpr (!std::is_same_v<T, A>) narrow(v, yr, N);
