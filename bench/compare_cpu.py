@@ -4,9 +4,11 @@ the ratios as a Markdown table: dptrain time / PyTorch time (lower is better; go
 GEMM throughput as a fraction of OpenBLAS through PyTorch.
 
   python3 bench/compare_cpu.py [--build build] [--threads 2] [--iters 20] [--rounds 3]
-                               [--precision fp32,bf16] [--only small_cnn_b128]
+                               [--precision fp32,bf16] [--formats nchw,channels_last]
+                               [--only small_cnn_b128]
 
 --precision lists the step precisions to compare: fp32, and bf16 (autocast on both sides).
+--formats lists the memory formats (channels_last cases are suffixed _cl, on both sides).
 
 Rounds alternate the two programs so drift on a shared machine hits both alike; the table
 reports the median over rounds of each side's median step time.
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--precision", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    ap.add_argument("--formats", default="nchw", help="comma-separated: nchw, channels_last")
     ap.add_argument("--only", help="the one training case to run (default all)")
     args = ap.parse_args()
 
@@ -43,13 +46,16 @@ def main():
     only = [args.only] if args.only else []
     torch_cmds, ours_cmds = [], []
     for prec in precisions:
-        torch_cmds.append(["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"), "--threads",
-                           str(args.threads), "--iters", str(args.iters), "--precision", prec] +
-                          [a for name in only for a in ("--only", name)] +
-                          (["--only", "sgemm_2048"] if only and prec == "fp32" else []))
-        ours_cmds.append([os.path.join(args.build, "bench", "train_step_bench"), "--threads", str(args.threads),
-                          "--iters", str(args.iters), "--precision", prec] +
-                         [a for name in only for a in ("--only", name)])
+        for fmt in args.formats.split(","):
+            first = fmt == args.formats.split(",")[0]
+            torch_cmds.append(["/usr/bin/python3", os.path.join(HERE, "torch_reference.py"), "--threads",
+                               str(args.threads), "--iters", str(args.iters), "--precision", prec,
+                               "--memory-format", fmt] +
+                              [a for name in only for a in ("--only", name)] +
+                              (["--only", "sgemm_2048"] if only and prec == "fp32" and first else []))
+            ours_cmds.append([os.path.join(args.build, "bench", "train_step_bench"), "--threads", str(args.threads),
+                              "--iters", str(args.iters), "--precision", prec, "--memory-format", fmt] +
+                             [a for name in only for a in ("--only", name)])
     gemm_cmd = [os.path.join(args.build, "bench", "gemm_bench"), "--threads", str(args.threads)]
 
     torch_ms, ours_ms, torch_gemm, ours_gemm = {}, {}, [], {}

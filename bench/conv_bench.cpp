@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     dp::Tensor y = dp::empty(y_shape, dp::kFloat32, cpu), dy = dp::randn(y_shape, gen, dp::kFloat32, cpu);
     dp::Tensor indices = dp::empty(y_shape, dp::kInt32, cpu);
     print_pass_timing(c.name, "forward", dp::bench::time_it([&] { be.max_pool2d_forward(x, y, indices, p); }, warmup, iters));
-    print_pass_timing(c.name, "backward", dp::bench::time_it([&] { be.max_pool2d_backward(dy, indices, dx); }, warmup, iters));
+    print_pass_timing(c.name, "backward", dp::bench::time_it([&] { be.max_pool2d_backward(dy, indices, dx, p); }, warmup, iters));
   }
   return 0;
 }

@@ -9,7 +9,8 @@ with the same fields as bench_util.h's Timing ({"name", "median_ms", "min_ms", "
 
 --precision bf16 runs forward and loss under torch.autocast("cpu", torch.bfloat16) (PyTorch's
 CPU autocast: oneDNN bf16 convolutions and linears) and names the cases "<case>_bf16", as
-train_step_bench --precision bf16 does.
+train_step_bench --precision bf16 does. --memory-format channels_last converts model and input
+with torch.channels_last and suffixes "_cl", as train_step_bench --memory-format channels_last.
 """
 import argparse
 import json
@@ -71,13 +72,15 @@ def time_ms(fn, warmup, iters):
     return statistics.median(ms), min(ms)
 
 
-def bench_train(name, warmup, iters, precision="fp32"):
+def bench_train(name, warmup, iters, precision="fp32", memory_format="nchw"):
     factory, shape = TRAIN_CASES[name]
     torch.manual_seed(0)
     model = factory()
     model.train()
+    fmt = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
+    model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(shape)
+    x = torch.randn(shape).contiguous(memory_format=fmt)
     y = torch.randint(0, 10, (shape[0],))
 
     def step():
@@ -88,7 +91,7 @@ def bench_train(name, warmup, iters, precision="fp32"):
         opt.step()
 
     median, best = time_ms(step, warmup, iters)
-    label = name if precision == "fp32" else f"{name}_{precision}"
+    label = (name if precision == "fp32" else f"{name}_{precision}") + ("_cl" if memory_format == "channels_last" else "")
     return {"name": label, "median_ms": round(median, 3), "min_ms": round(best, 3), "iters": iters}
 
 
@@ -110,6 +113,8 @@ def main():
     p.add_argument("--only", choices=names, action="append", help="run just this case (repeatable)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32, or bf16 CPU autocast for the training cases (default fp32)")
+    p.add_argument("--memory-format", choices=["nchw", "channels_last"], default="nchw",
+                   help="the training cases' model and input memory format (default nchw)")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -118,7 +123,7 @@ def main():
         if name == "sgemm_2048":
             r = bench_sgemm(2048, args.warmup, args.iters)
         else:
-            r = bench_train(name, args.warmup, args.iters, args.precision)
+            r = bench_train(name, args.warmup, args.iters, args.precision, args.memory_format)
         r.update(threads=args.threads, torch=torch.__version__)
         print(json.dumps(r), flush=True)
 

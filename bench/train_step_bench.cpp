@@ -3,6 +3,7 @@
 // 0.9), zero_grad(set_to_none). Fixed random inputs; warmup, then median/min over --iters. JSON
 // lines on stdout.
 //   train_step_bench [--threads 2] [--iters 20] [--warmup 5] [--only PREFIX] [--precision bf16]
+//                    [--memory-format channels_last]
 //   train_step_bench --memory-steps 1000 [--only small_cnn_b128]   (peak RSS over a long run)
 //   train_step_bench --device cuda [--tf32] [--block 10]          (GPU: see below)
 //
@@ -14,7 +15,8 @@
 // convolutions use TF32 tensor cores (CudaOptions::allow_tf32), as PyTorch's allow_tf32 flags.
 // --precision bf16|fp16 runs forward and loss under autocast (float32 master weights, as
 // run.precision; no loss scaling: the step time is the point) and suffixes the case names
-// ("small_cnn_b128_bf16"). Cases marked gpu_only (too slow on a CPU to be useful) run only with --device cuda.
+// ("small_cnn_b128_bf16"). --memory-format channels_last gives the model a channels-last input, as
+// run.channels_last does (NOTE [ Channels-last ]), and suffixes "_cl". Cases marked gpu_only (too slow on a CPU to be useful) run only with --device cuda.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -69,8 +71,10 @@ int main(int argc, char** argv) {
   int memory_steps = 0, block = 10;
   std::string device_spec = "cpu";
   bool tf32 = false;
-  std::string precision = "fp32";
+  std::string precision = "fp32", memory_format = "nchw";
   dp::bench::add_common_options(app, opt);
+  app.add_option("--memory-format", memory_format, "the input's (and so the activations') memory format")
+      ->check(CLI::IsMember({"nchw", "channels_last"}));
   app.add_option("--precision", precision, "fp32, or bf16/fp16 autocast")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--memory-steps", memory_steps, "run this many steps and report peak RSS instead of timing");
@@ -94,7 +98,9 @@ int main(int argc, char** argv) {
   const dp::DType autocast = precision == "bf16" ? dp::kBFloat16 : precision == "fp16" ? dp::kFloat16 : dp::kFloat32;
   for (const Case& case_ : kCases) {
     if (!opt.selected(case_.name)) continue;
-    const std::string case_name = precision == "fp32" ? case_.name : std::string(case_.name) + "_" + precision;
+    const bool channels_last = memory_format == "channels_last";
+    const std::string case_name = std::string(case_.name) + (precision == "fp32" ? "" : "_" + precision) +
+                                  (channels_last ? "_cl" : "");
     Case c = case_;
     c.name = case_name.c_str();
     if (c.gpu_only && !device.is_cuda()) continue;
@@ -111,6 +117,7 @@ int main(int argc, char** argv) {
     o.momentum = 0.9;
     dp::SGD sgd(model->parameters(), o);
     dp::Tensor x = dp::randn(c.input, gen, dp::kFloat32, device);
+    if (channels_last) x = x.contiguous(dp::MemoryFormat::ChannelsLast);
     std::vector<int64_t> labels(c.input[0]);
     for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
     dp::Tensor y = dp::from_vector<int64_t>(labels, {c.input[0]}, device);

@@ -255,6 +255,7 @@ struct Section {
 };
 
 constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "bf16", "fp16"};
+constexpr std::array<std::string_view, 3> kChannelsLast = {"auto", "true", "false"};
 constexpr std::array<std::string_view, 4> kShampooGraftings = {"none", "sgd", "adagrad", "adam"};
 constexpr std::array<std::string_view, 2> kBatchings = {"fixed", "max_tokens"};
 constexpr std::array<std::string_view, 2> kBalances = {"none", "sort_and_deal"};
@@ -283,6 +284,7 @@ Section<RunConfig> run_section() {
            field("deterministic", &RunConfig::deterministic, boolean()),
            field("allow_tf32", &RunConfig::allow_tf32, boolean()),
            field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean()),
+           field("channels_last", &RunConfig::channels_last, one_of(kChannelsLast)),
            field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps)),
            field("precision", &RunConfig::precision, one_of(kPrecisions))},
           [](const RunConfig& r, const Context& c) {

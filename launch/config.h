@@ -87,6 +87,12 @@ struct RunConfig {
   // GPU: time every cuDNN convolution algorithm once per shape and keep the fastest
   // (torch.backends.cudnn.benchmark); off: cuDNN's heuristic choice.
   bool cudnn_benchmark = true;
+  // Memory format of a conv net's activations (NOTE [ Channels-last ] in
+  // runtime/tensor/memory_format.h): true = channels-last (NHWC in memory, PyTorch's
+  // torch.channels_last), false = NCHW, auto = channels-last on a GPU (cuDNN's NHWC kernels, what
+  // tensor cores work in) and NCHW on the CPU, where our channels-last steps measured slower
+  // (bench/RESULTS.md).
+  std::string channels_last = "auto";
   // Mixed precision (NOTE [ Autocast policy ] in runtime/autograd/autocast.h): fp32 | bf16 |
   // fp16. bf16/fp16 run matmul, linear and conv in that dtype under autocast, with float32
   // parameters, gradients and optimiser state; fp16 turns loss scaling on unless

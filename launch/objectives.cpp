@@ -11,12 +11,13 @@
 namespace dp {
 
 Tensor ClassificationObjective::training_loss(nn::Module& model, const Batch& batch) const {
-  const Tensor logits = model.forward(train_.model_input(batch[kImages]));  // uint8 → normalised on the device
+  // uint8 → normalised on the device, in the run's memory format
+  const Tensor logits = model.forward(train_.model_input(batch[kImages], input_format_));
   return cross_entropy(logits, batch[kLabels], Reduction::Mean, -100, label_smoothing_);  // float32 (autocast)
 }
 
 EvalSums ClassificationObjective::eval_sums(nn::Module& model, const Batch& batch) const {
-  const Tensor logits = model.forward(eval_.model_input(batch[kImages]));
+  const Tensor logits = model.forward(eval_.model_input(batch[kImages], input_format_));
   const Tensor& labels = batch[kLabels];
   Tensor loss = cross_entropy(logits, labels, Reduction::Sum).to(kFloat64);
   Tensor hits = equal(argmax(logits, -1).to(kFloat32), labels.to(kFloat32));

@@ -30,9 +30,11 @@ class Objective {
 
 class ClassificationObjective final : public Objective {
  public:
+  // input_format: the memory format of the model's input (run.channels_last), which a conv
+  // net's activations keep from there (NOTE [ Channels-last ]).
   ClassificationObjective(const ClassificationDataset& train, const ClassificationDataset& eval,
-                          double label_smoothing)
-      : train_(train), eval_(eval), label_smoothing_(label_smoothing) {}
+                          double label_smoothing, MemoryFormat input_format = MemoryFormat::Contiguous)
+      : train_(train), eval_(eval), label_smoothing_(label_smoothing), input_format_(input_format) {}
   // The mean cross-entropy over the batch.
   Tensor training_loss(nn::Module& model, const Batch& batch) const override;
   EvalSums eval_sums(nn::Module& model, const Batch& batch) const override;
@@ -41,6 +43,7 @@ class ClassificationObjective final : public Objective {
   const ClassificationDataset& train_;  // each split turns its own batches into model input
   const ClassificationDataset& eval_;
   double label_smoothing_;
+  MemoryFormat input_format_;
 };
 
 // BERT pretraining's masked LM: the encoder over every token, the MLM head over the predicted

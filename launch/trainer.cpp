@@ -185,7 +185,8 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
   os << "model " << config.model.name << (config.model.name == "bert" ? " " + config.model.size : std::string()) << ": "
      << run.num_parameters << " parameters on " << run.device.str() << "; " << run.train_set().size() << " training / "
      << run.eval_set().size() << (run.plan.token_batching ? " evaluation sequences, " : " test samples, ")
-     << run.plan.steps_per_epoch << " steps per epoch";
+     << run.plan.steps_per_epoch << " steps per epoch"
+     << (run.input_format == MemoryFormat::ChannelsLast ? ", channels-last activations" : "");
   if (const TokenBatchSampler* batches = run.token_batches()) {
     const TokenBatchingOptions& o = batches->options();
     os << "\ntoken batching: " << (o.batching == TokenBatching::Fixed ? "fixed " + std::to_string(o.batch_size) +

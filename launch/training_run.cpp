@@ -382,8 +382,13 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
     r.preallocation_seconds = preallocate(r, config);  // NOTE [ Pre-allocation ]
   } else {
+    // run.channels_last: auto is channels-last on a GPU, NCHW on the CPU (NOTE [ Channels-last ];
+    // measured in bench/RESULTS.md).
+    const bool channels_last =
+        config.run.channels_last == "true" || (config.run.channels_last == "auto" && r.device.is_cuda());
+    r.input_format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
     r.objective = std::make_unique<ClassificationObjective>(*r.data.train_images, *r.data.eval_images,
-                                                            config.loss.label_smoothing);
+                                                            config.loss.label_smoothing, r.input_format);
   }
   if (r.world_size > 1) {
     broadcast_model_from_rank0(*r.model, *r.model_group);

@@ -111,6 +111,8 @@ struct TrainingRun {
   std::unique_ptr<Objective> objective;  // launch/objectives.h
   double preallocation_seconds = 0;  // NOTE [ Pre-allocation ] in training_run.cpp (text runs)
   DType autocast = kFloat32;  // run.precision (NOTE [ Autocast policy ])
+  // A classification model's input format, run.channels_last resolved (NOTE [ Channels-last ]).
+  MemoryFormat input_format = MemoryFormat::Contiguous;
   double clip_grad_norm = 0;  // optimizer.clip_grad_norm; 0: off
 
   const Dataset& train_set() const { return *data.train; }

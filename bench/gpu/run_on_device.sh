@@ -556,11 +556,14 @@ bench_step() {
   local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/train_step_bench"
   local args=(--warmup "${BENCH_WARMUP:-20}" --iters "${BENCH_ITERS:-20}" --block "${BENCH_BLOCK:-10}")
   if [[ -x "$bin" ]]; then
-    limited "$STAGE/bench_dptrain.log" 150 "${CARRIED[@]}" "$bin" --device cuda --tf32 "${args[@]}" || rc=$?
+    # Both memory formats (NOTE [ Channels-last ]; channels-last cases are named *_cl).
+    limited "$STAGE/bench_dptrain.log" 75 "${CARRIED[@]}" "$bin" --device cuda --tf32 "${args[@]}" || rc=$?
+    limited "$STAGE/bench_dptrain_cl.log" 75 "${CARRIED[@]}" "$bin" --device cuda --tf32 --memory-format channels_last \
+      "${args[@]}" || rc=$((rc ? rc : $?))
   else
     echo "train_step_bench is not in the bundle" >"$STAGE/bench_dptrain.log"; rc=1
   fi
-  grep '^{' "$STAGE/bench_dptrain.log" >"$STAGE/bench_dptrain.jsonl" || true
+  cat "$STAGE/bench_dptrain.log" "$STAGE/bench_dptrain_cl.log" 2>/dev/null | grep '^{' >"$STAGE/bench_dptrain.jsonl" || true
   limited "$STAGE/bench_torch.log" 150 env PYTHONUNBUFFERED=1 python3 "$GPU_DIR/torch_gpu_step.py" "${args[@]}" || trc=$?
   grep '^{' "$STAGE/bench_torch.log" >"$STAGE/bench_torch.jsonl" || true
   python3 "$GPU_DIR/torch_gpu_step.py" table --dptrain "$STAGE/bench_dptrain.jsonl" --torch "$STAGE/bench_torch.jsonl" \

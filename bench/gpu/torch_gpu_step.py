@@ -8,7 +8,8 @@ dptrain's models/resnet.h builds torchvision's layout, 7x7 stem and max-pool inc
 
 Settings, as a PyTorch user would train in float32 on Hopper: TF32 allowed for matmuls and
 convolutions (dptrain: --tf32), torch.backends.cudnn.benchmark = True (dptrain: cudnn_benchmark,
-on by default); each case in NCHW and in channels_last (dptrain is NCHW only for now).
+on by default); each case in NCHW and in channels_last, as train_step_bench runs each (its
+--memory-format channels_last cases are named <case>_cl).
 
 Timing: --warmup untimed steps, then --iters samples; a sample is --block steps queued back to back
 between two CUDA events, its time divided by --block. Median and min over the samples, in ms per
@@ -132,7 +133,7 @@ def run_table(args):
         for r in read_jsonl(args.torch):
             if "name" in r:
                 th[(r["name"], r.get("format", "nchw"))] = r
-    names = [n for n in CASES if n in dp or any(k[0] == n for k in th)]
+    names = [n for n in CASES if n in dp or n + "_cl" in dp or any(k[0] == n for k in th)]
     if not names:
         print("no timings (neither side produced any)")
         return 1
@@ -143,16 +144,16 @@ def run_table(args):
     def ratio(a, b):
         return f"{a['median_ms'] / b['median_ms']:.2f}" if a and b and b["median_ms"] > 0 else "-"
 
-    head = ("case", "dptrain ms", "torch NCHW ms", "torch CL ms", "dptrain/NCHW", "dptrain/CL")
+    head = ("case", "dptrain NCHW ms", "dptrain CL ms", "torch NCHW ms", "torch CL ms", "NCHW ratio", "CL ratio")
     rows = []
     for n in names:
-        d, a, b = dp.get(n), th.get((n, "nchw")), th.get((n, "channels_last"))
-        rows.append((n, ms(d), ms(a), ms(b), ratio(d, a), ratio(d, b)))
+        d, dc, a, b = dp.get(n), dp.get(n + "_cl"), th.get((n, "nchw")), th.get((n, "channels_last"))
+        rows.append((n, ms(d), ms(dc), ms(a), ms(b), ratio(d, a), ratio(dc, b)))
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
     for r in [head] + rows:
         print("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
     print("(median ms per training step, float32 with TF32, cudnn benchmark; CL = channels_last; "
-          "ratio > 1 means dptrain is slower)")
+          "ratio = dptrain / torch in the same format, > 1 means dptrain is slower)")
     return 0
 
 

@@ -78,7 +78,8 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
 
   const DType stat = compute_dtype(x.dtype());  // float32 for float16/bfloat16 inputs
   const Device device = x.device();
-  const Tensor xc = x.detach().contiguous();
+  const MemoryFormat format = x.suggest_memory_format();  // y keeps it (NOTE [ Channels-last ])
+  const Tensor xc = x.detach().contiguous(format);
   const bool differentiable = any_requires_grad({&x, &weight, &bias});
   Tensor y, mean_s, invstd, total;  // the output and what backward needs
   {
@@ -140,8 +141,9 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
       // (its "dbias") per channel, and w·invstd·dy, the part of dx that does not go through the
       // statistics.
       const Tensor sum_dy_xhat = empty({C}, stat, device), sum_dy = empty({C}, stat, device);
-      const Tensor dx_direct = need_dx ? empty(saved_x.shape(), saved_x.dtype(), device) : Tensor();
-      device.backend().batch_norm_backward(g.contiguous(), saved_x, saved_w, mu, inv, dx_direct, sum_dy_xhat,
+      const Tensor dx_direct =
+          need_dx ? Tensor::empty(saved_x.shape(), saved_x.dtype(), device, format) : Tensor();
+      device.backend().batch_norm_backward(g.contiguous(format), saved_x, saved_w, mu, inv, dx_direct, sum_dy_xhat,
                                            sum_dy, false);
       // Local sums: the reducer averages them over ranks (gradient convention in the header).
       const Tensor dweight = n.needs_input_grad(1) ? sum_dy_xhat.to(weight_dtype) : Tensor();

@@ -205,7 +205,9 @@ class Backend {
   virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha,
                     double beta) { unsupported("gemm"); }
 
-  // ---- Convolution, NCHW, all contiguous; weight [Cout, Cin/groups, KH, KW] ----
+  // ---- Convolution; weight [Cout, Cin/groups, KH, KW] contiguous ----
+  // x, y (dy, dx) [N, C, H, W] all NCHW-contiguous or all channels-last (NOTE [ Channels-last ],
+  // common_memory_format); bias [Cout].
   virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias /*opt*/,
                               const Tensor& y, const Conv2dParams& p) { unsupported("conv2d_forward"); }
   virtual void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
@@ -214,18 +216,22 @@ class Backend {
   virtual void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
                                       const Tensor& dbias /*opt*/, const Conv2dParams& p) { unsupported("conv2d_backward_weight"); }
 
-  // ---- Pooling, NCHW contiguous ----
-  // indices: int32 flat offsets into each (n, c) input plane, for backward.
+  // ---- Pooling: x, y, indices (dy, dx) all NCHW-contiguous or all channels-last ----
+  // indices: int32 offsets h·W + w into each (n, c) input plane, whatever the format.
   virtual void max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices,
                                   const Pool2dParams& p) { unsupported("max_pool2d_forward"); }
-  virtual void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) { unsupported("max_pool2d_backward"); }
+  // dx (overwritten) = Σ over the outputs o whose index points at it of dy[o], in output order; p
+  // is the forward's window (a backend may gather through it; indices decide).
+  virtual void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx,
+                                   const Pool2dParams& p) { unsupported("max_pool2d_backward"); }
   virtual void avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) { unsupported("avg_pool2d_forward"); }
   virtual void avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) { unsupported("avg_pool2d_backward"); }
   // Output size from y's shape; windows as in PyTorch (floor/ceil of proportional bounds).
   virtual void adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) { unsupported("adaptive_avg_pool2d_forward"); }
   virtual void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) { unsupported("adaptive_avg_pool2d_backward"); }
 
-  // ---- Normalisation (contiguous) ----
+  // ---- Normalisation (contiguous; batch norm's 4-D x, y, dy, dx may be channels-last instead,
+  // all four alike) ----
   // x, y, dy, dx share one dtype; the per-feature tensors (weight, bias, running and saved
   // statistics, dweight, dbias) have x's dtype or, for float16/bfloat16 x, float32 (mixed
   // precision); statistics are computed in float32 or wider.

@@ -98,10 +98,13 @@ class ClassificationDataset : public Dataset {
   virtual int64_t num_classes() const = 0;
   // The model's input per sample, [C, H, W].
   virtual Shape input_shape() const = 0;
-  // The model's float32 [B, C, H, W] input from a batch's `images` on the training device: the
-  // images themselves where the dataset normalised while loading, else a cast and normalisation
-  // run on the device (the batch crossed to it as uint8, a quarter of the bytes).
-  virtual Tensor model_input(const Tensor& images) const { return images; }
+  // The model's float32 [B, C, H, W] input in `format` (NOTE [ Channels-last ]) from a batch's
+  // `images` on the training device: the images themselves where the dataset normalised while
+  // loading, else a cast and normalisation run on the device (the batch crossed to it as uint8, a
+  // quarter of the bytes).
+  virtual Tensor model_input(const Tensor& images, MemoryFormat format = MemoryFormat::Contiguous) const {
+    return images.contiguous(format);
+  }
 };
 
 // Applied to pixels scaled to [0, 1]: (x / 255 - mean) / std.

@@ -127,7 +127,7 @@ void RgbImageDataset::fill_batch(std::span<const int64_t> indices, int64_t epoch
   }
 }
 
-Tensor RgbImageDataset::model_input(const Tensor& images) const {
+Tensor RgbImageDataset::model_input(const Tensor& images, MemoryFormat format) const {
   DP_CHECK(images.dtype() == kUInt8 && images.dim() == 4 && images.size(3) == 3, description(),
            ": model_input expects uint8 images [B, H, W, 3], got ", images.str());
   std::pair<Tensor, Tensor> constants;
@@ -148,8 +148,11 @@ Tensor RgbImageDataset::model_input(const Tensor& images) const {
     }
     constants = it->second;
   }
-  // [B, H, W, 3] uint8 → float32, seen as [B, 3, H, W]; the affine map writes it contiguous.
-  const Tensor x = images.to(kFloat32).permute({0, 3, 1, 2});
+  // [B, H, W, 3] uint8 seen as [B, 3, H, W] (channels-last strides), cast to float32 in `format`
+  // in one pass; the affine map keeps the format.
+  const Tensor hwc = images.permute({0, 3, 1, 2});
+  Tensor x = Tensor::empty(hwc.shape(), kFloat32, images.device(), format);
+  x.copy_(hwc);
   return add(mul(x, constants.first), constants.second);
 }
 

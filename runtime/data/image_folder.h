@@ -58,7 +58,7 @@ class RgbImageDataset : public ClassificationDataset {
   Shape input_shape() const override;
   int64_t sample_bytes() const override;
   // uint8 [B, H, W, 3] on any device → float32 [B, 3, H, W] on it.
-  Tensor model_input(const Tensor& images) const override;
+  Tensor model_input(const Tensor& images, MemoryFormat format = MemoryFormat::Contiguous) const override;
   // Checks the buffers and fills each sample through fill_sample.
   void fill_batch(std::span<const int64_t> indices, int64_t epoch, const Batch& out) const final;
   const ImageTransformOptions& transform() const { return transform_; }

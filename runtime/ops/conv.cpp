@@ -56,9 +56,12 @@ Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bia
   const Tensor weight_in = autocast_input(AutocastOp::Conv2d, weight_cast);
   const Tensor bias_in = autocast_input(AutocastOp::Conv2d, bias_cast);
   const Shape y_shape = conv2d_output_shape(x_in, weight_in, bias_in, p);
-  Tensor x = x_in.detach().contiguous(), weight = weight_in.detach().contiguous();
+  // The input's memory format is the activations' (NOTE [ Channels-last ]); weights stay
+  // [Cout, Cin/groups, KH, KW] contiguous.
+  const MemoryFormat format = x_in.suggest_memory_format();
+  Tensor x = x_in.detach().contiguous(format), weight = weight_in.detach().contiguous();
   Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
-  Tensor y = Tensor::empty(y_shape, x.dtype(), x.device());
+  Tensor y = Tensor::empty(y_shape, x.dtype(), x.device(), format);
   x.device().backend().conv2d_forward(x, weight, bias, y, p);
 
   if (any_requires_grad({&x_in, &weight_in, &bias_in})) {
@@ -66,14 +69,15 @@ Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bia
     SavedTensor saved_w = x_in.requires_grad() ? SavedTensor(weight) : SavedTensor();
     const Shape x_shape = x.shape(), w_shape = weight.shape();
     record("conv2d", y, {x_in, weight_in, bias_in},
-           [saved_x, saved_w, x_shape, w_shape, p](const Tensor& g, const Node& node) {
-             // dy [N, Cout, OH, OW] → dx [N, Cin, H, W], dw [Cout, Cin/groups, KH, KW], db [Cout]
-             Tensor dy = g.contiguous();
+           [saved_x, saved_w, x_shape, w_shape, p, format](const Tensor& g, const Node& node) {
+             // dy [N, Cout, OH, OW] → dx [N, Cin, H, W], dw [Cout, Cin/groups, KH, KW], db [Cout];
+             // dy and dx in the forward's memory format
+             Tensor dy = g.contiguous(format);
              Backend& be = dy.device().backend();
              Tensor dx, dw, db;
              if (node.needs_input_grad(2)) db = Tensor::empty({w_shape[0]}, dy.dtype(), dy.device());
              if (node.needs_input_grad(0)) {  // a network's first conv skips this: its input is data
-               dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
+               dx = Tensor::empty(x_shape, dy.dtype(), dy.device(), format);
                be.conv2d_backward_input(dy, saved_w.get("conv2d"), dx, p);
              }
              if (node.needs_input_grad(1)) {  // the bias gradient comes fused with the weight's

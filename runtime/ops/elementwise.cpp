@@ -9,6 +9,24 @@ namespace dp {
 
 namespace {
 
+// NOTE [ Channels-last ] for pointwise ops: the result of a 4-D op is channels-last when an
+// operand of the result's shape suggests channels-last (PyTorch's TensorIterator takes the
+// output's layout from its inputs the same way). The kernel then sees every operand permuted to
+// [N, H, W, C] — where the result is contiguous, as the kernels' contract asks, and operands of
+// the same layout are contiguous too (the kernels' flat fast path).
+MemoryFormat result_format(const Shape& shape, std::initializer_list<const Tensor*> operands) {
+  if (shape.size() != 4) return MemoryFormat::Contiguous;
+  for (const Tensor* t : operands)
+    if (t->shape() == shape && t->suggest_memory_format() == MemoryFormat::ChannelsLast)
+      return MemoryFormat::ChannelsLast;
+  return MemoryFormat::Contiguous;
+}
+
+// t as the kernels see it for `format`: itself, or permuted to [N, H, W, C] (detached).
+Tensor kernel_view(const Tensor& t, MemoryFormat format) {
+  return format == MemoryFormat::ChannelsLast ? t.detach().permute({0, 2, 3, 1}) : t.detach();
+}
+
 // out = a op b with broadcasting; inputs are expanded (stride-0 views), never copied.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
@@ -16,10 +34,11 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_floating(name, a);
   DP_CHECK(a.dtype() == b.dtype(), name, ": dtype mismatch (", a.str(), " and ", b.str(), ")");
   Shape shape = a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  const MemoryFormat format = result_format(shape, {&a, &b});
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device(), format);
   Tensor ae = a.shape() == shape ? a.detach() : a.detach().expand(shape);
   Tensor be = b.shape() == shape ? b.detach() : b.detach().expand(shape);
-  a.device().backend().binary(op, ae, be, out);
+  a.device().backend().binary(op, kernel_view(ae, format), kernel_view(be, format), kernel_view(out, format));
   return out;
 }
 
@@ -109,8 +128,9 @@ Tensor equal(const Tensor& a, const Tensor& b) {
 namespace {
 Tensor scalar_forward(BinaryOp op, const Tensor& a, double s) {
   check_floating(binary_op_name(op), a);
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  a.device().backend().binary_scalar(op, a, s, out);
+  const MemoryFormat format = result_format(a.shape(), {&a});
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device(), format);
+  a.device().backend().binary_scalar(op, kernel_view(a, format), s, kernel_view(out, format));
   return out;
 }
 }  // namespace
@@ -141,13 +161,16 @@ Tensor pow(const Tensor& a_in, double exponent) {
 Tensor unary_op(UnaryOp op, const Tensor& x) {
   const char* name = unary_op_name(op);
   check_floating(name, x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  x.device().backend().unary(op, x, y);
+  const MemoryFormat format = result_format(x.shape(), {&x});
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), format);
+  x.device().backend().unary(op, kernel_view(x, format), kernel_view(y, format));
   if (any_requires_grad({&x})) {
-    SavedTensor sx(x.contiguous()), sy(y);
-    record(name, y, {x}, [op, name, sx, sy](const Tensor& g, const Node&) {
-      Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
-      g.device().backend().unary_backward(op, sx.get(name), sy.get(name), g.contiguous(), dx);
+    SavedTensor sx(x.contiguous(format)), sy(y);
+    record(name, y, {x}, [op, name, sx, sy, format](const Tensor& g, const Node&) {
+      // x, y, dy, dx in the forward's format; the kernel sees them contiguous (kernel_view)
+      Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device(), format);
+      g.device().backend().unary_backward(op, kernel_view(sx.get(name), format), kernel_view(sy.get(name), format),
+                                          kernel_view(g.contiguous(format), format), kernel_view(dx, format));
       return std::vector<Tensor>{dx};
     });
   }

@@ -32,9 +32,10 @@ Tensor optional_operand(const Tensor& t, const Shape& shape) {
 
 // A gradient buffer of `dtype` for input i when backward needs it, else undefined (the kernel
 // skips it). Zero-filled for an empty input x, where the kernel does not run.
-Tensor grad_buffer_if_needed(const Node& node, size_t i, const Shape& shape, DType dtype, const Tensor& x) {
+Tensor grad_buffer_if_needed(const Node& node, size_t i, const Shape& shape, DType dtype, const Tensor& x,
+                             MemoryFormat format = MemoryFormat::Contiguous) {
   if (!node.needs_input_grad(i)) return Tensor();
-  Tensor buf = Tensor::empty(shape, dtype, x.device());
+  Tensor buf = Tensor::empty(shape, dtype, x.device(), format);
   if (x.numel() == 0) buf.zero_();
   return buf;
 }
@@ -73,8 +74,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   check_running_stat("running_mean", running_mean);
   check_running_stat("running_var", running_var);
 
-  Tensor xc = x.detach().contiguous();
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  // A channels-last input is normalised as it lies (NOTE [ Channels-last ]); y and the
+  // gradients keep its format.
+  const MemoryFormat format = x.suggest_memory_format();
+  Tensor xc = x.detach().contiguous(format);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), format);
   Tensor save_mean, save_invstd;
   if (training) {
     save_mean = Tensor::empty(channels, compute_dtype(x.dtype()), x.device());
@@ -103,11 +107,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     record(op, y, {x, weight, bias}, [=](const Tensor& g, const Node& n) {
       // g, dx [N, C, *] in x's dtype; dweight, dbias [C] in the parameters' dtypes
       Tensor saved_x = sx.get(op);
-      Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x.dtype(), saved_x);
+      Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x.dtype(), saved_x, format);
       Tensor dweight = grad_buffer_if_needed(n, 1, channels, weight_dtype, saved_x);
       Tensor dbias = grad_buffer_if_needed(n, 2, channels, bias_dtype, saved_x);
       if (saved_x.numel() > 0)
-        saved_x.device().backend().batch_norm_backward(g.contiguous(), saved_x, sw.get(op), smean.get(op),
+        saved_x.device().backend().batch_norm_backward(g.contiguous(format), saved_x, sw.get(op), smean.get(op),
                                                        sinvstd.get(op), dx, dweight, dbias, training);
       return std::vector<Tensor>{dx, dweight, dbias};
     });

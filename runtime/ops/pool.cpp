@@ -30,17 +30,19 @@ Shape pooled_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
 }  // namespace
 
 // x [N, C, H, W] → y, indices [N, C, OH, OW]; backward scatters dy to the saved indices.
+// y, indices and the gradients keep x's memory format (NOTE [ Channels-last ]).
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, const Pool2dParams& p) {
   check_input("max_pool2d", x_in);
-  Tensor x = x_in.detach().contiguous();
+  const MemoryFormat format = x_in.suggest_memory_format();
+  Tensor x = x_in.detach().contiguous(format);
   const Shape out_shape = pooled_shape("max_pool2d", x, p);
-  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  Tensor indices = Tensor::empty(out_shape, kInt32, x.device());
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device(), format);
+  Tensor indices = Tensor::empty(out_shape, kInt32, x.device(), format);
   x.device().backend().max_pool2d_forward(x, y, indices, p);
   const Shape x_shape = x.shape();
-  record("max_pool2d", y, {x_in}, [indices, x_shape](const Tensor& g, const Node&) {
-    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
-    g.device().backend().max_pool2d_backward(g.contiguous(), indices, dx);
+  record("max_pool2d", y, {x_in}, [indices, x_shape, p, format](const Tensor& g, const Node&) {
+    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device(), format);
+    g.device().backend().max_pool2d_backward(g.contiguous(format), indices, dx, p);
     return std::vector<Tensor>{dx};
   });
   return {y, indices};
@@ -51,13 +53,14 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) { return max_pool2d_wi
 // x [N, C, H, W] → y [N, C, OH, OW]; backward spreads each dy over its window.
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   check_input("avg_pool2d", x_in);
-  Tensor x = x_in.detach().contiguous();
-  Tensor y = Tensor::empty(pooled_shape("avg_pool2d", x, p), x.dtype(), x.device());
+  const MemoryFormat format = x_in.suggest_memory_format();
+  Tensor x = x_in.detach().contiguous(format);
+  Tensor y = Tensor::empty(pooled_shape("avg_pool2d", x, p), x.dtype(), x.device(), format);
   x.device().backend().avg_pool2d_forward(x, y, p);
   const Shape x_shape = x.shape();
-  record("avg_pool2d", y, {x_in}, [x_shape, p](const Tensor& g, const Node&) {
-    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
-    g.device().backend().avg_pool2d_backward(g.contiguous(), dx, p);
+  record("avg_pool2d", y, {x_in}, [x_shape, p, format](const Tensor& g, const Node&) {
+    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device(), format);
+    g.device().backend().avg_pool2d_backward(g.contiguous(format), dx, p);
     return std::vector<Tensor>{dx};
   });
   return y;
@@ -70,13 +73,14 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
            " for input ", x_in.str());
   DP_CHECK(x_in.size(2) >= 1 && x_in.size(3) >= 1, "adaptive_avg_pool2d: input ", x_in.str(),
            " has an empty plane");
-  Tensor x = x_in.detach().contiguous();
-  Tensor y = Tensor::empty({x.size(0), x.size(1), out_h, out_w}, x.dtype(), x.device());
+  const MemoryFormat format = x_in.suggest_memory_format();
+  Tensor x = x_in.detach().contiguous(format);
+  Tensor y = Tensor::empty({x.size(0), x.size(1), out_h, out_w}, x.dtype(), x.device(), format);
   x.device().backend().adaptive_avg_pool2d_forward(x, y);
   const Shape x_shape = x.shape();
-  record("adaptive_avg_pool2d", y, {x_in}, [x_shape](const Tensor& g, const Node&) {
-    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
-    g.device().backend().adaptive_avg_pool2d_backward(g.contiguous(), dx);
+  record("adaptive_avg_pool2d", y, {x_in}, [x_shape, format](const Tensor& g, const Node&) {
+    Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device(), format);
+    g.device().backend().adaptive_avg_pool2d_backward(g.contiguous(format), dx);
     return std::vector<Tensor>{dx};
   });
   return y;

@@ -12,11 +12,15 @@
 namespace dp {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return empty(shape, dtype, device, MemoryFormat::Contiguous);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   for (int64_t s : shape) DP_CHECK(s >= 0, "cannot create a tensor of shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(device, static_cast<size_t>(numel_of(shape)) * dp::element_size(dtype));
   impl->sizes = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = strides_for(shape, format);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
@@ -50,6 +54,24 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::Contiguous) return contiguous();
+  DP_CHECK(dim() == 4, "contiguous(channels_last): expected a 4-D tensor [N, C, H, W], got ", str());
+  if (suggest_memory_format() == format) return *this;
+  if (is_contiguous(format)) return view_like(shape(), strides_for(shape(), format));  // same memory
+  Tensor out = Tensor::empty(shape(), dtype(), device(), format);
+  device().backend().copy(*this, out);
+  if (any_requires_grad({this}))
+    record("contiguous", out, {*this}, [](const Tensor& g, const Node&) { return std::vector<Tensor>{g}; });
+  return out;
+}
+
+Tensor Tensor::detached_as_strided(const Shape& sizes, const Shape& strides) const {
+  DP_CHECK(sizes.size() == strides.size(), "detached_as_strided: ", sizes.size(), " sizes and ", strides.size(),
+           " strides");
+  return detach().make_view(sizes, strides, offset());
+}
+
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(shape(), dtype(), device());
   device().backend().copy(*this, out);
@@ -61,7 +83,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
-  Tensor out = Tensor::empty(shape(), target, device());
+  Tensor out = Tensor::empty(shape(), target, device(), suggest_memory_format());  // preserves the format
   device().backend().copy(*this, out);
   if (any_requires_grad({this}) && is_floating(target)) {
     DType source = dtype();

@@ -16,6 +16,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/shape.h"
+#include "runtime/tensor/memory_format.h"
 #include "runtime/tensor/storage.h"
 
 namespace dp {
@@ -56,6 +57,8 @@ class Tensor {
 
   // Uninitialised contiguous tensor on `device`.
   static Tensor empty(const Shape& shape, DType dtype, Device device);
+  // Uninitialised dense tensor in `format` (ChannelsLast: 4-D, NOTE [ Channels-last ]).
+  static Tensor empty(const Shape& shape, DType dtype, Device device, MemoryFormat format);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().sizes; }
@@ -70,6 +73,8 @@ class Tensor {
   size_t element_size() const { return dp::element_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const;
+  bool is_contiguous(MemoryFormat format) const { return is_contiguous_in(*this, format); }
+  MemoryFormat suggest_memory_format() const { return dp::suggest_memory_format(*this); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   std::string str() const;  // "float32[2, 3] on cpu"
 
@@ -92,10 +97,16 @@ class Tensor {
 
   // ---- Copies ----
   Tensor contiguous() const;  // itself when already contiguous
+  // Dense in `format`: itself when it already suggests it, a restrided view when its memory is
+  // already in that order (C = 1 or H = W = 1), else a differentiable copy.
+  Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
   Tensor detach() const;  // shares storage, no autograd history
+  // A view with these sizes and strides at the same offset, without autograd history: for
+  // handing a kernel another description of the same memory. The caller keeps it inside t's elements.
+  Tensor detached_as_strided(const Shape& sizes, const Shape& strides) const;
   // In-place copy from src (broadcast, cast and cross-device as needed); not differentiable.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);

@@ -69,6 +69,17 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
   return errors.str();
 }
 
+Tensor channels_last_copy(const Tensor& t) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = Tensor::empty(t.shape(), t.dtype(), t.device(), MemoryFormat::ChannelsLast);
+    out.copy_(t.detach());
+  }
+  if (t.requires_grad()) out.set_requires_grad(true);
+  return out;
+}
+
 Tensor noncontiguous_copy(const Tensor& t) {
   NoGradGuard no_grad;
   Tensor out;

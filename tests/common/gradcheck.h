@@ -29,6 +29,9 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
 // requiring grad like `t`.
 Tensor noncontiguous_copy(const Tensor& t);
 
+// Same values as the 4-D `t`, laid out channels-last (a fresh leaf, requiring grad like `t`).
+Tensor channels_last_copy(const Tensor& t);
+
 // Uniform random float64 tensor on the CPU requiring grad.
 Tensor random_input(const Shape& shape, Generator& gen, Device device, double low = -1.0, double high = 1.0);
 

@@ -73,7 +73,8 @@ Tensor base_values(const InputSpec& s, Generator& gen, uint64_t& perm_state) {
 
 // `base` (CPU, contiguous) as the spec's dtype for a run in `dtype` on `device`, its values first
 // rounded through `round_dtype`, laid out as the spec says; a fresh leaf.
-Tensor materialise(const InputSpec& s, const Tensor& base, Device device, DType dtype, DType round_dtype) {
+Tensor materialise(const InputSpec& s, const Tensor& base, Device device, DType dtype, DType round_dtype,
+                   bool reference = false) {
   NoGradGuard no_grad;
   const bool integral = s.values == Values::Indices;
   const DType want = integral ? kInt64 : (s.keep_float64 ? kFloat64 : dtype);
@@ -84,6 +85,10 @@ Tensor materialise(const InputSpec& s, const Tensor& base, Device device, DType 
   switch (s.layout) {
     case Layout::Contiguous: break;
     case Layout::Transposed: t = noncontiguous_copy(t); break;
+    case Layout::ChannelsLast:
+      DP_CHECK(t.dim() == 4, "op harness: input ", s.name, " is not 4-D and cannot be channels-last");
+      if (!reference) t = t.contiguous(MemoryFormat::ChannelsLast);
+      break;
     case Layout::Narrowed: {
       DP_CHECK(!integral && t.dim() >= 1, "op harness: input ", s.name, " cannot be narrowed");
       Shape wide = t.shape();
@@ -117,10 +122,11 @@ struct RunResult {
 
 // Runs the case on `device` in `dtype` with inputs (and upstream gradient) rounded through
 // `round_dtype`; forward, then backward from outputs[0] when differentiable.
-RunResult run_once(const OpCase& c, const std::vector<Tensor>& bases, Device device, DType dtype, DType round_dtype) {
+RunResult run_once(const OpCase& c, const std::vector<Tensor>& bases, Device device, DType dtype, DType round_dtype,
+                   bool reference = false) {
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    inputs.push_back(materialise(c.inputs[i], bases[i], device, dtype, round_dtype));
+    inputs.push_back(materialise(c.inputs[i], bases[i], device, dtype, round_dtype, reference));
   std::vector<Tensor> outputs = c.fn(inputs);
   DP_CHECK(!outputs.empty(), "op harness: case ", c.name, " returned no output");
   RunResult r;
@@ -315,7 +321,7 @@ std::string run_gradcheck(const OpCase& c) {
 
 std::string run_comparison(const OpCase& c, Device device, DType dtype) {
   const std::vector<Tensor> bases = base_inputs(c);
-  const RunResult expected = run_once(c, bases, runtime().cpu(), kFloat64, dtype);
+  const RunResult expected = run_once(c, bases, runtime().cpu(), kFloat64, dtype, /*reference=*/true);
   const RunResult actual = run_once(c, bases, device, dtype, dtype);
   std::string header = c.name + " [" + dtype_name(dtype) + " on " + device_label(device) + " vs float64 on cpu]";
   if (expected.values.size() != actual.values.size())
@@ -328,6 +334,14 @@ std::string run_comparison(const OpCase& c, Device device, DType dtype) {
     if (!m.empty()) msg += header + " " + m + "\n";
   }
   return msg;
+}
+
+Tensor kept_format(const Tensor& in, const Tensor& out) {
+  DP_CHECK(in.suggest_memory_format() != MemoryFormat::ChannelsLast ||
+               out.suggest_memory_format() == MemoryFormat::ChannelsLast || out.numel() == 0,
+           "op harness: the input ", in.str(), " is channels-last but the output ", out.str(), " (strides ",
+           shape_str(out.strides()), ") is not");
+  return out;
 }
 
 }  // namespace dp::testing::harness

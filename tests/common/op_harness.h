@@ -48,6 +48,8 @@ enum class Layout : uint8_t {
   Transposed,  // same values, first and last dims' strides swapped (1-D: stride 2); noncontiguous_copy
   Narrowed,    // a view of a buffer 3 elements wider in the last dim, starting at element 1; the
                // margins hold NaN
+  ChannelsLast,  // 4-D, NHWC in memory (NOTE [ Channels-last ]); the float64 reference of a
+                 // comparison gets it NCHW-contiguous, so the two formats' kernels meet
 };
 
 struct InputSpec {
@@ -67,6 +69,7 @@ struct InputSpec {
   InputSpec distinct() const { InputSpec s = *this; s.values = Values::Distinct; return s; }
   InputSpec transposed() const { InputSpec s = *this; s.layout = Layout::Transposed; return s; }
   InputSpec narrowed() const { InputSpec s = *this; s.layout = Layout::Narrowed; return s; }
+  InputSpec channels_last() const { InputSpec s = *this; s.layout = Layout::ChannelsLast; return s; }
   InputSpec no_grad() const { InputSpec s = *this; s.requires_grad = false; return s; }
   InputSpec float64() const { InputSpec s = *this; s.keep_float64 = true; return s; }
 };
@@ -123,6 +126,10 @@ std::string run_gradcheck(const OpCase& c);
 // the CPU in float64 with the same (rounded) inputs; empty on success, else every mismatch named
 // by case, dtype, tensor and worst element.
 std::string run_comparison(const OpCase& c, Device device, DType dtype);
+
+// `out`, after checking that it kept `in`'s channels-last format (an op that drops it fails the
+// case with a message naming both).
+Tensor kept_format(const Tensor& in, const Tensor& out);
 
 // Readable parameter names (the case's name).
 struct CaseName {

@@ -46,6 +46,11 @@ std::string model_digest(const std::string& output) {
   return at == std::string::npos ? "" : output.substr(at + 13, 16);
 }
 
+double test_accuracy(const std::string& output) {
+  const size_t at = output.find("test accuracy ");
+  return at == std::string::npos ? -1.0 : std::stod(output.substr(at + 14));
+}
+
 std::string read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

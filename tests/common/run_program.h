@@ -30,6 +30,9 @@ std::string dptrain_binary();
 // The 16 hex digits after "model digest " in dptrain's end line; empty when absent.
 std::string model_digest(const std::string& output);
 
+// The first "test accuracy 83.15 %" in dptrain's output as 83.15; -1 when absent.
+double test_accuracy(const std::string& output);
+
 // The whole file as text; empty when it cannot be read (the caller's expectations then fail).
 std::string read_text_file(const std::filesystem::path& path);
 

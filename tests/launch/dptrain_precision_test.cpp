@@ -18,15 +18,9 @@ using dp::testing::dptrain_binary;
 using dp::testing::model_digest;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
+using dp::testing::test_accuracy;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-
-// "test accuracy 83.15 %" → 83.15; -1 when absent.
-double test_accuracy(const std::string& output) {
-  const size_t at = output.find("test accuracy ");
-  return at == std::string::npos ? -1.0 : std::stod(output.substr(at + 14));
-}
 
 class Precision : public ::testing::Test {
  protected:

@@ -207,6 +207,46 @@ TEST_F(ResNetImageNetTest, ResNet50EvalLogitsMatchTorchvision) {
   RecordProperty("max_abs_diff", text.str());  // --gtest_output=xml shows it
 }
 
+// The same with the input channels-last (run.channels_last, NOTE [ Channels-last ]): every conv,
+// batch norm, pool and residual add runs on NHWC memory, and the logits are torchvision's still.
+TEST_F(ResNetImageNetTest, ResNet50ChannelsLastEvalLogitsMatchTorchvision) {
+  const testing::Fixture f("resnet50_forward");
+  auto model = resnet50(std::stoll(f.option("num_classes")), 3, cpu, gen);
+  fill_like_the_fixture(*model);
+  model->eval();
+  const Tensor x = f.tensor("x", cpu).contiguous(MemoryFormat::ChannelsLast);
+  ASSERT_EQ(x.suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_TENSOR_NEAR("logits", model->forward(x), f.tensor("logits", cpu), 1e-5);
+}
+
+// Training mode: a channels-last step gives the NCHW step's loss, every parameter's gradient and
+// the running statistics bit for bit when the convolutions are the same computation (the im2col
+// path, which runs channels-last calls in NCHW): batch norm, pooling, the residual adds and the
+// head are exactly the NCHW arithmetic. (With oneDNN's kernels the two formats run different
+// convolution algorithms; a random ResNet-50's float32 gradients then differ by about as much as
+// two NCHW algorithms' do, ~2 % of the largest element — the op tests bound them per layer.)
+TEST_F(ResNetImageNetTest, ResNet50ChannelsLastTrainingStepIsTheNchwStep) {
+  CpuBackend im2col_backend(2, std::nullopt, cpu::ConvPath::Im2col);
+  Device device(&im2col_backend);
+  auto nchw = resnet50(10, 3, device, gen);
+  auto nhwc = resnet50(10, 3, device, gen);
+  nhwc->load_state_dict(nchw->state_dict(), /*strict=*/true);
+  const Tensor x = randn({8, 3, 64, 64}, gen, kFloat32, device);
+  const Tensor labels = from_vector<int64_t>({3, 7, 0, 9, 1, 2, 5, 5}, {8}, device);
+  const Tensor loss_a = cross_entropy(nchw->forward(x), labels);
+  const Tensor loss_b = cross_entropy(nhwc->forward(x.contiguous(MemoryFormat::ChannelsLast)), labels);
+  loss_a.backward();
+  loss_b.backward();
+  EXPECT_EQ(loss_b.item<double>(), loss_a.item<double>());
+  const auto pa = nchw->named_parameters(), pb = nhwc->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pb[i].second.grad().to_vector<double>(), pa[i].second.grad().to_vector<double>()) << pa[i].first;
+  const auto ba = nchw->named_buffers(), bb = nhwc->named_buffers();
+  for (size_t i = 0; i < ba.size(); ++i)
+    EXPECT_EQ(bb[i].second.to_vector<double>(), ba[i].second.to_vector<double>()) << ba[i].first;
+}
+
 // Weights through a file with torch's names (model.init_from, and what dptrain writes): a
 // ResNet-18 and a ResNet-50 filled as the fixtures' torchvision models, saved with state_dict()
 // — torch's names in torch's order, each module's parameters then its buffers — and loaded

@@ -367,6 +367,12 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
     return;
   }
   if (cpu::dnnl_conv2d_forward(x, w, bias, y, p, num_threads_, conv_)) return;  // NOTE [ CPU convolution on oneDNN ]
+  if (common_memory_format("conv2d_forward", {&x, &y}) == MemoryFormat::ChannelsLast) {  // im2col is NCHW only
+    const Tensor y_nchw = Tensor::empty(y.shape(), y.dtype(), y.device());
+    conv2d_forward(x.contiguous(), w, bias, y_nchw, p);
+    copy(y_nchw, y);
+    return;
+  }
   const ConvPlan plan(x, w, y, p, num_threads_);
   dispatch_conv(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -405,6 +411,12 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
     return;
   }
   if (cpu::dnnl_conv2d_backward_input(dy, w, dx, p, num_threads_, conv_)) return;
+  if (common_memory_format("conv2d_backward_input", {&dy, &dx}) == MemoryFormat::ChannelsLast) {
+    const Tensor dx_nchw = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+    conv2d_backward_input(dy.contiguous(), w, dx_nchw, p);
+    copy(dx_nchw, dx);
+    return;
+  }
   const ConvPlan plan(dx, w, dy, p, num_threads_);
   dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -443,7 +455,9 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
     f32.finish();
     return;
   }
-  if (conv_ != ConvPath::Dnnl) {  // NOTE [ Weight gradient tap by tap ]
+  const bool channels_last =
+      common_memory_format("conv2d_backward_weight", {&dy, &x}) == MemoryFormat::ChannelsLast;
+  if (conv_ != ConvPath::Dnnl && !channels_last) {  // NOTE [ Weight gradient tap by tap ]
     const std::vector<LiveTap> taps = taps_worth_running_alone(x, dw, dy, p);
     if (!taps.empty()) {
       dispatch_conv(dy.dtype(), [&](auto tag) {
@@ -453,6 +467,10 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const
     }
   }
   if (cpu::dnnl_conv2d_backward_weight(dy, x, dw, dbias, p, num_threads_, conv_)) return;
+  if (channels_last) {  // im2col is NCHW only
+    conv2d_backward_weight(dy.contiguous(), x.contiguous(), dw, dbias, p);
+    return;
+  }
   const ConvPlan plan(x, dw, dy, p, num_threads_);
   dispatch_conv(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -100,7 +100,7 @@ class CpuBackend final : public Backend {
 
   void max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices,
                           const Pool2dParams& p) override;
-  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx, const Pool2dParams& p) override;
   void avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) override;
   void avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) override;
   void adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) override;

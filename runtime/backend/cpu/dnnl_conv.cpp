@@ -26,12 +26,19 @@ using dnnl::memory;
 // ---- Which path ---------------------------------------------------------------------------------
 
 
-bool plain_layout() {  // DPTRAIN_DNNL_CONV_LAYOUT=plain: primitives on NCHW itself (measuring only)
-  static const bool plain = [] {
-    const char* v = std::getenv("DPTRAIN_DNNL_CONV_LAYOUT");
-    return v != nullptr && std::strcmp(v, "plain") == 0;
-  }();
+// DPTRAIN_DNNL_CONV_LAYOUT (measuring only): `plain` runs the primitives on NCHW itself;
+// `blocked` reorders channels-last activations into oneDNN's blocked layout as NCHW ones are.
+bool layout_variable_is(const char* value) {
+  const char* v = std::getenv("DPTRAIN_DNNL_CONV_LAYOUT");
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+bool plain_layout() {
+  static const bool plain = layout_variable_is("plain");
   return plain;
+}
+bool blocked_channels_last() {
+  static const bool blocked = layout_variable_is("blocked");
+  return blocked;
 }
 
 // ---- Keys and compiled primitives --------------------------------------------------------------
@@ -58,6 +65,7 @@ struct Geometry {
   Conv2dParams p;
   DType dtype;
   bool bias;
+  bool channels_last;  // activations NHWC (NOTE [ Channels-last ]), else NCHW
 };
 
 const char* pass_name(int64_t pass) {
@@ -69,7 +77,7 @@ std::string describe(int64_t pass, const Geometry& g) {
                         g.C / g.p.groups, ", ", g.KH, ", ", g.KW, "], y [", g.N, ", ", g.K, ", ", g.OH, ", ", g.OW,
                         "], stride ", g.p.stride_h, "x", g.p.stride_w, ", pad ", g.p.pad_h, "x", g.p.pad_w,
                         ", dilation ", g.p.dilation_h, "x", g.p.dilation_w, ", groups ", g.p.groups, ", ",
-                        dtype_name(g.dtype), g.bias ? ", bias" : "");
+                        dtype_name(g.dtype), g.bias ? ", bias" : "", g.channels_last ? ", channels-last" : "");
 }
 
 // One tensor argument: our NCHW (or [K, C/g, KH, KW]) description and the primitive's; when they
@@ -167,13 +175,17 @@ class ThreadCache {
 
   void build(Compiled& c, int64_t pass, const Geometry& g, bool plain) {
     const auto dt = g.dtype == kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
-    const auto tag = memory::format_tag::nchw;
+    const auto tag = g.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
     const memory::desc x({g.N, g.C, g.H, g.W}, dt, tag), y({g.N, g.K, g.OH, g.OW}, dt, tag);
     const int64_t G = g.p.groups;
     const memory::desc w = G == 1 ? memory::desc({g.K, g.C, g.KH, g.KW}, dt, memory::format_tag::oihw)
                                   : memory::desc({G, g.K / G, g.C / G, g.KH, g.KW}, dt, memory::format_tag::goihw);
     auto any = [&](const memory::desc& d) { return plain ? d : memory::desc(d.dims(), dt, memory::format_tag::any); };
-    const memory::desc xa = any(x), ya = any(y), wa = any(w);
+    // Channels-last activations are what oneDNN's direct kernels take as they are (NOTE
+    // [ Channels-last convolution on oneDNN ]): no reorder either way; only the weights are
+    // reordered into the kernel's blocked layout.
+    const bool activations_as_given = plain || (g.channels_last && !blocked_channels_last());
+    const memory::desc xa = activations_as_given ? x : any(x), ya = activations_as_given ? y : any(y), wa = any(w);
     c.bias = g.bias ? memory::desc({g.K}, dt, memory::format_tag::x) : memory::desc();
     const memory::dims strides{g.p.stride_h, g.p.stride_w}, dilates{g.p.dilation_h - 1, g.p.dilation_w - 1},
         pad_l{g.p.pad_h, g.p.pad_w};
@@ -244,6 +256,7 @@ ThreadCache& thread_cache() {
 // the centre tap. (Weight gradients with at most half their (tap, output) pairs live never get
 // here: conv.cpp runs them tap by tap, NOTE [ Weight gradient tap by tap ].)
 bool auto_choice(int64_t pass, const Geometry& g) {
+  if (g.channels_last) return true;  // im2col would copy the activations to NCHW and back
   const int64_t Cg = g.C / g.p.groups;
   if (!(Cg >= 8 || g.K / g.p.groups >= 64)) return false;
   if (pass == kBackwardWeights && g.H == 1 && g.W == 1 && g.KH * g.KW > 1) return false;
@@ -261,7 +274,7 @@ bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1,
   Key key;
   key.v = {pass, static_cast<int64_t>(g.dtype), g.bias, plain, threads, g.N, g.C, g.H, g.W, g.K, g.KH, g.KW, g.OH,
            g.OW, g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h * 4096 + g.p.dilation_w, g.p.groups,
-           0};
+           g.channels_last};
   ThreadCache& cache = thread_cache();
   const Compiled* c;
   {
@@ -281,9 +294,12 @@ bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1,
   return true;
 }
 
-Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, bool bias) {
+// x and y: the input and output side's activations (dx and dy for the backward passes).
+Geometry geometry(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                  bool bias) {
+  const bool channels_last = common_memory_format(op, {&x, &y}) == MemoryFormat::ChannelsLast;
   return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), y.size(2), y.size(3),
-          p,         x.dtype(), bias};
+          p,         x.dtype(), bias,      channels_last};
 }
 
 }  // namespace
@@ -298,20 +314,20 @@ ConvPath conv_path_from_environment() {
 
 bool dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p,
                          int threads, ConvPath path) {
-  const Geometry g = geometry(x, w, y, p, bias.defined());
+  const Geometry g = geometry("conv2d_forward", x, w, y, p, bias.defined());
   return convolve(kForward, g, x.raw_data(), w.raw_data(), y.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
                   threads, path);
 }
 
 bool dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
                                 int threads, ConvPath path) {
-  const Geometry g = geometry(dx, w, dy, p, false);
+  const Geometry g = geometry("conv2d_backward_input", dx, w, dy, p, false);
   return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, threads, path);
 }
 
 bool dnnl_conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                  const Conv2dParams& p, int threads, ConvPath path) {
-  const Geometry g = geometry(x, dw, dy, p, dbias.defined());
+  const Geometry g = geometry("conv2d_backward_weight", x, dw, dy, p, dbias.defined());
   return convolve(kBackwardWeights, g, x.raw_data(), dy.raw_data(), dw.raw_data(),
                   dbias.defined() ? dbias.raw_data() : nullptr, threads, path);
 }

@@ -82,11 +82,18 @@ void affine_run(const T* in, T* out, int64_t n, C mean, C scale, C shift) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>((static_cast<C>(in[i]) - mean) * scale + shift);
 }
 
-// x viewed as [N, C, S]: the S-element run of sample n in channel c.
+// x viewed as [N, C, S]: the S-element run of sample n in channel c. A channels-last x
+// [N, C, H, W] is [N·H·W, C, 1] (NOTE [ Channels-last ]): runs of one element, rows of C.
 struct ChannelLayout {
   int64_t N, C, S;
-  explicit ChannelLayout(const Tensor& x)
-      : N(x.size(0)), C(x.size(1)), S(x.numel() / std::max<int64_t>(x.size(0) * x.size(1), 1)) {}
+  ChannelLayout(const char* op, std::initializer_list<const Tensor*> activations) {
+    const Tensor& x = **activations.begin();
+    const bool channels_last = x.dim() == 4 && common_memory_format(op, activations) == MemoryFormat::ChannelsLast;
+    C = x.size(1);
+    const int64_t per_channel = C > 0 ? x.numel() / C : 0;
+    N = channels_last ? per_channel : x.size(0);
+    S = channels_last ? 1 : (N > 0 ? per_channel / N : 0);
+  }
   int64_t run(int64_t n, int64_t c) const { return (n * C + c) * S; }
   double count() const { return static_cast<double>(N * S); }
 };
@@ -110,7 +117,58 @@ struct ChannelBlock {
     for (int64_t n = 0; n < L.N; ++n)
       for (int64_t c = begin; c < end; ++c) fn(c, L.run(n, c));
   }
+  // S = 1 (channels-last, or [N, C]): calls fn(offset of row n's first channel of the block) for
+  // every row; fn then walks the block's channels as one vector loop (the runs are one element).
+  template <typename Fn>
+  void for_each_row(const ChannelLayout& L, Fn&& fn) const {
+    for (int64_t n = 0; n < L.N; ++n) fn(n * L.C + begin);
+  }
 };
+
+// Σ(x − K) and Σ(x − K)² per channel of a block from its rows (S = 1): one vector loop across
+// the channels of each row instead of a call per element.
+template <typename T>
+void add_moments_by_rows(const ChannelLayout& L, const ChannelBlock& block, const T* xp,
+                         std::vector<ShiftedMoments>& moments) {
+  const int64_t nb = block.size();
+  std::vector<double> shift(nb), sum(nb, 0.0), sum_sq(nb, 0.0);
+  for (int64_t i = 0; i < nb; ++i) shift[i] = moments[i].shift;
+  double *s = sum.data(), *ss = sum_sq.data();
+  const double* k = shift.data();
+  block.for_each_row(L, [&](int64_t off) {
+    const T* row = xp + off;
+#pragma omp simd
+    for (int64_t i = 0; i < nb; ++i) {
+      const double d = as_double(row[i]) - k[i];
+      s[i] += d;
+      ss[i] += d * d;
+    }
+  });
+  for (int64_t i = 0; i < nb; ++i) {
+    moments[i].sum += sum[i];
+    moments[i].sum_sq += sum_sq[i];
+  }
+}
+
+// Σ dy and Σ dy·(x − mean) per channel of a block from its rows (S = 1).
+template <typename T, typename P>
+void add_grad_sums_by_rows(const ChannelLayout& L, const ChannelBlock& block, const T* dyp, const T* xp,
+                           const P* mean, double* sum_dy, double* sum_dy_xc) {
+  const int64_t nb = block.size();
+  std::vector<double> mean_d(nb);
+  for (int64_t i = 0; i < nb; ++i) mean_d[i] = static_cast<double>(mean[block.begin + i]);
+  const double* m = mean_d.data();
+  block.for_each_row(L, [&](int64_t off) {
+    const T* g = dyp + off;
+    const T* xr = xp + off;
+#pragma omp simd
+    for (int64_t i = 0; i < nb; ++i) {
+      const double gi = as_double(g[i]);
+      sum_dy[i] += gi;
+      sum_dy_xc[i] += gi * (as_double(xr[i]) - m[i]);
+    }
+  });
+}
 
 template <typename T>
 const T* data_or_null(const Tensor& t) {
@@ -129,10 +187,10 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
                                     const Tensor& running_mean, const Tensor& running_var,
                                     const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
                                     bool training, double momentum, double eps) {
-  DP_ASSERT(x.is_contiguous() && y.is_contiguous() && x.dim() >= 2);
+  DP_ASSERT(x.dim() >= 2);
   DP_ASSERT(training ? (save_mean.defined() && save_invstd.defined())
                      : (running_mean.defined() && running_var.defined()));
-  const ChannelLayout L(x);
+  const ChannelLayout L("batch_norm_forward", {&x, &y});
   const double count = L.count();
   // Running variance uses the unbiased batch variance, as PyTorch (the output uses the biased one).
   const double unbias = count > 1 ? count / (count - 1) : 1.0;
@@ -159,7 +217,8 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
       std::vector<ShiftedMoments> moments(training ? block.size() : 0);
       if (training) {
         for (int64_t c = block.begin; c < block.end; ++c) moments[c - block.begin].shift = as_double(xp[L.run(0, c)]);
-        block.for_each_run(L, [&](int64_t c, int64_t off) { moments[c - block.begin].add(xp + off, L.S); });
+        if (L.S == 1) add_moments_by_rows(L, block, xp, moments);
+        else block.for_each_run(L, [&](int64_t c, int64_t off) { moments[c - block.begin].add(xp + off, L.S); });
       }
       // Per channel: y = (x - mean)·scale + shift.
       std::vector<C> mean_c(block.size()), scale_c(block.size()), shift_c(block.size());
@@ -183,10 +242,21 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
         scale_c[i] = static_cast<C>(invstd * (w ? static_cast<double>(w[c]) : 1.0));
         shift_c[i] = b ? static_cast<C>(b[c]) : C(0);
       }
-      block.for_each_run(L, [&](int64_t c, int64_t off) {
-        const int64_t i = c - block.begin;
-        affine_run(xp + off, yp + off, L.S, mean_c[i], scale_c[i], shift_c[i]);
-      });
+      if (L.S == 1) {
+        const C *mc = mean_c.data(), *sc = scale_c.data(), *hc = shift_c.data();
+        const int64_t nb = block.size();
+        block.for_each_row(L, [&](int64_t off) {
+          const T* in = xp + off;
+          T* out = yp + off;
+#pragma omp simd
+          for (int64_t i = 0; i < nb; ++i) out[i] = static_cast<T>((static_cast<C>(in[i]) - mc[i]) * sc[i] + hc[i]);
+        });
+      } else {
+        block.for_each_run(L, [&](int64_t c, int64_t off) {
+          const int64_t i = c - block.begin;
+          affine_run(xp + off, yp + off, L.S, mean_c[i], scale_c[i], shift_c[i]);
+        });
+      }
     }
   });
   f.finish();
@@ -200,9 +270,9 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                      const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
                                      const Tensor& dweight, const Tensor& dbias, bool training) {
-  DP_ASSERT(dy.is_contiguous() && x.is_contiguous() && x.dim() >= 2);
-  DP_ASSERT(!dx.defined() || dx.is_contiguous());
-  const ChannelLayout L(x);
+  DP_ASSERT(x.dim() >= 2);
+  const ChannelLayout L = dx.defined() ? ChannelLayout("batch_norm_backward", {&x, &dy, &dx})
+                                       : ChannelLayout("batch_norm_backward", {&x, &dy});
   const double count = L.count();
   const bool need_sums = (dx.defined() && training) || dweight.defined() || dbias.defined();
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
@@ -225,11 +295,14 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     {
       const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
       std::vector<double> sum_dy(block.size(), 0.0), sum_dy_xc(block.size(), 0.0);
-      if (need_sums)
+      if (need_sums && L.S == 1) {
+        add_grad_sums_by_rows(L, block, dyp, xp, sm, sum_dy.data(), sum_dy_xc.data());
+      } else if (need_sums) {
         block.for_each_run(L, [&](int64_t c, int64_t off) {
           const int64_t i = c - block.begin;
           add_grad_sums(dyp + off, xp + off, static_cast<double>(sm[c]), L.S, sum_dy[i], sum_dy_xc[i]);
         });
+      }
       // Per channel: dx = a·(dy - mean_dy - (x - mean)·k); in eval mean_dy = k = 0.
       std::vector<C> a_c(dxp ? block.size() : 0), mean_dy_c(a_c.size()), k_c(a_c.size());
       for (int64_t c = block.begin; c < block.end; ++c) {
@@ -242,7 +315,20 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
         mean_dy_c[i] = training ? static_cast<C>(sum_dy[i] / count) : C(0);
         k_c[i] = training ? static_cast<C>(sum_dy_xc[i] * invstd * invstd / count) : C(0);
       }
-      if (dxp)
+      if (dxp && L.S == 1) {
+        std::vector<C> mean_c(block.size());
+        for (int64_t c = block.begin; c < block.end; ++c) mean_c[c - block.begin] = static_cast<C>(sm[c]);
+        const C *ac = a_c.data(), *mdc = mean_dy_c.data(), *kc = k_c.data(), *mc = mean_c.data();
+        const int64_t nb = block.size();
+        block.for_each_row(L, [&](int64_t off) {
+          const T* g = dyp + off;
+          const T* xr = xp + off;
+          T* out = dxp + off;
+#pragma omp simd
+          for (int64_t i = 0; i < nb; ++i)
+            out[i] = static_cast<T>(ac[i] * (static_cast<C>(g[i]) - mdc[i] - (static_cast<C>(xr[i]) - mc[i]) * kc[i]));
+        });
+      } else if (dxp)
         block.for_each_run(L, [&](int64_t c, int64_t off) {
           const int64_t i = c - block.begin;
           const T* g = dyp + off;

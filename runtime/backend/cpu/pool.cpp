@@ -1,5 +1,5 @@
 // Pooling on the CPU, NCHW contiguous; every (n, c) plane is independent, so planes are spread
-// over the threads.
+// over the threads. Channels-last operands go to pool_channels_last.cpp's kernels.
 #include <algorithm>
 #include <limits>
 #if defined(__AVX512F__)
@@ -11,6 +11,8 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 #include "runtime/backend/cpu/cpu_dispatch.h"
 #include "runtime/backend/cpu/half_convert.h"
+#include "runtime/backend/cpu/pool_window.h"
+#include "runtime/backend/cpu/pool_channels_last.h"
 
 namespace dp {
 
@@ -23,21 +25,6 @@ struct Planes {
   Planes(const Tensor& x, const Tensor& y)
       : count(x.size(0) * x.size(1)), H(x.size(2)), W(x.size(3)), OH(y.size(2)), OW(y.size(3)) {}
 };
-
-// Window [start, end) of output index o for adaptive pooling (PyTorch's bounds).
-inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
-inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
-
-// Divisor of an average-pool window, as PyTorch computes it (ceil_mode off).
-inline int64_t avg_divisor(int64_t h0, int64_t w0, const Pool2dParams& p, int64_t H, int64_t W) {
-  if (p.count_include_pad) {
-    const int64_t h1 = std::min(h0 + p.kernel_h, H + p.pad_h), w1 = std::min(w0 + p.kernel_w, W + p.pad_w);
-    return (h1 - h0) * (w1 - w0);
-  }
-  const int64_t hs = std::max<int64_t>(h0, 0), ws = std::max<int64_t>(w0, 0);
-  const int64_t he = std::min(h0 + p.kernel_h, H), we = std::min(w0 + p.kernel_w, W);
-  return std::max<int64_t>((he - hs) * (we - ws), 1);
-}
 
 // Backward kernels scatter-add into each input plane: in compute_t<T> (float32 for
 // float16/bfloat16, rounded once at the end), so overlapping windows do not round at every add.
@@ -68,11 +55,17 @@ void for_each_dx_plane(const Planes& s, int threads, T* dxp, Body&& body) {
   }
 }
 
+bool channels_last(const char* op, std::initializer_list<const Tensor*> tensors) {
+  return common_memory_format(op, tensors) == MemoryFormat::ChannelsLast;
+}
+
 }  // namespace
 
 
 // x [N, C, H, W] → y [N, C, OH, OW], indices int32 (h * W + w within the plane)
 void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
+  if (channels_last("max_pool2d", {&x, &y, &indices}))
+    return cpu::max_pool2d_forward_channels_last(x, y, indices, p, num_threads_);
   const Planes s(x, y);
   int32_t* ip = indices.data<int32_t>();
   dispatch_floating_and_half(x.dtype(), "max_pool2d", [&](auto tag) {
@@ -224,7 +217,9 @@ void CpuBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Tens
   });
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx, const Pool2dParams&) {
+  if (channels_last("max_pool2d_backward", {&dy, &indices, &dx}))
+    return cpu::max_pool2d_backward_channels_last(dy, indices, dx, num_threads_);
   const Planes s(dx, dy);
   const int32_t* ip = indices.data<int32_t>();
   dispatch_floating_and_half(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
@@ -241,6 +236,7 @@ void CpuBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, co
 }
 
 void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  if (channels_last("avg_pool2d", {&x, &y})) return cpu::avg_pool2d_forward_channels_last(x, y, p, num_threads_);
   const Planes s(x, y);
   dispatch_floating_and_half(x.dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
@@ -266,6 +262,8 @@ void CpuBackend::avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool
 }
 
 void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
+  if (channels_last("avg_pool2d_backward", {&dy, &dx}))
+    return cpu::avg_pool2d_backward_channels_last(dy, dx, p, num_threads_);
   const Planes s(dx, dy);
   dispatch_floating_and_half(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -288,6 +286,8 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
 }
 
 void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) {
+  if (channels_last("adaptive_avg_pool2d", {&x, &y}))
+    return cpu::adaptive_avg_pool2d_forward_channels_last(x, y, num_threads_);
   const Planes s(x, y);
   dispatch_floating_and_half(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
@@ -313,6 +313,8 @@ void CpuBackend::adaptive_avg_pool2d_forward(const Tensor& x, const Tensor& y) {
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
+  if (channels_last("adaptive_avg_pool2d_backward", {&dy, &dx}))
+    return cpu::adaptive_avg_pool2d_backward_channels_last(dy, dx, num_threads_);
   const Planes s(dx, dy);
   dispatch_floating_and_half(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);

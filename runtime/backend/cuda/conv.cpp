@@ -83,12 +83,23 @@ int to_int(const char* op, const char* what, int64_t v) {
   return static_cast<int>(v);
 }
 
-// The layout of an operand set. NCHW contiguous is what the op layer passes today; NHWC
-// (channels-last strides) plugs in here once the op layer passes it.
-ConvLayout layout_of(const char* op, std::initializer_list<const Tensor*> tensors) {
-  for (const Tensor* t : tensors)
-    DP_CHECK(t->dim() == 4 && t->is_contiguous(), op, ": expected contiguous 4-D NCHW tensors, got ", t->str());
-  return ConvLayout::NCHW;
+// The layout of a call's activations (x and y, or dy and dx): NCHW-contiguous or channels-last
+// (NOTE [ Channels-last ]); the weight is [K, C/g, KH, KW] contiguous either way.
+ConvLayout layout_of(const char* op, const Tensor& w, std::initializer_list<const Tensor*> activations) {
+  for (const Tensor* t : activations)
+    DP_CHECK(t->dim() == 4, op, ": expected 4-D activations [N, C, H, W], got ", t->str());
+  DP_CHECK(w.dim() == 4 && w.is_contiguous(), op, ": expected a contiguous weight [K, C/g, KH, KW], got ", w.str());
+  return common_memory_format(op, activations) == MemoryFormat::ChannelsLast ? ConvLayout::NHWC : ConvLayout::NCHW;
+}
+
+// cuDNN's NHWC convolutions take the filter in NHWC too ([K, KH, KW, C/g] in memory), while
+// weights keep PyTorch's layout: a channels-last call works on a transposed copy (the weights are
+// small next to the activations: ResNet-50's largest layer has 2.4 M of them).
+Tensor filter_for(CudaBackend& backend, const Tensor& w, ConvLayout layout) {
+  if (layout == ConvLayout::NCHW) return w;
+  Tensor t = Tensor::empty(w.shape(), w.dtype(), w.device(), MemoryFormat::ChannelsLast);
+  backend.copy(w, t);
+  return t;
 }
 
 // x [N, C, H, W], w [K, C/g, KH, KW], y [N, K, OH, OW] (images: the batch of one chunk).
@@ -447,7 +458,14 @@ void add_bias(CudaBackend& backend, cudnnHandle_t handle, const Scalars& scalars
       cudnnAddTensor(handle, scalars.one(), b_desc.get(), bias.raw_data(), scalars.one(), y_desc.get(), y.raw_data());
   if (status == CUDNN_STATUS_SUCCESS) return;
   if (!unsupported_by_cudnn(status)) throw_cudnn_error("cudnnAddTensor", status, device, detail::concat("conv2d bias ", bias.str()));
-  backend.binary(BinaryOp::Add, y, bias.reshape({1, k, 1, 1}).expand(y.shape()), y);  // elementwise in place
+  if (layout == ConvLayout::NCHW) {
+    backend.binary(BinaryOp::Add, y, bias.reshape({1, k, 1, 1}).expand(y.shape()), y);  // elementwise in place
+    return;
+  }
+  // NHWC: y is a contiguous [pixels, K] matrix; add the bias to every row.
+  const int64_t pixels = y.numel() / k;
+  const Tensor rows = y.detached_as_strided({pixels, k}, {k, 1});
+  backend.binary(BinaryOp::Add, rows, bias.reshape({1, k}).expand({pixels, k}), rows);
 }
 
 // dbias [K] (=, or += when accumulate) Σ dy [n, K, OH, OW] over n, OH, OW: cuDNN's
@@ -501,10 +519,11 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
   DP_CHECK(!bias.defined() || (bias.dtype() == x.dtype() && bias.dim() == 1 && bias.size(0) == w.size(0) &&
                                bias.is_contiguous()),
            op, ": bias ", bias.str(), " does not match weight ", w.str());
-  const ConvLayout layout = layout_of(op, {&x, &w, &y});
+  const ConvLayout layout = layout_of(op, w, {&x, &y});
   const ConvProblem whole = make_problem(op, x, w, y, p, layout, options_.allow_tf32);
   if (y.numel() == 0) return;
   activate();
+  const Tensor filter = filter_for(*this, w, layout);
   cudnnHandle_t handle = cudnn();
   const Scalars scalars(x.dtype());
   const bool flows = x.numel() > 0 && w.numel() > 0;
@@ -522,7 +541,7 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
       const ConvDescriptors d(q, device_);
       ConvBuffers buffers;
       buffers.x = images(x, n0, count).raw_data();
-      buffers.w = w.raw_data();
+      buffers.w = filter.raw_data();
       buffers.out = y_part.raw_data();
       const ConvAlgoChoice choice =
           algo_for<ForwardApi>(*this, conv_algos_->mutex, conv_algos_->choices, ConvPass::Forward, q, d, buffers);
@@ -543,7 +562,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
   for (const Tensor* t : {&dy, &w, &dx}) check_operand(op, *t);
   check_supported(Kernel::Conv2dBackwardInput, dy.dtype());
   check_conv_operands(op, dy, w, dx);
-  const ConvLayout layout = layout_of(op, {&dy, &w, &dx});
+  const ConvLayout layout = layout_of(op, w, {&dy, &dx});
   const ConvProblem whole = make_problem(op, dx, w, dy, p, layout, options_.allow_tf32);
   if (dx.numel() == 0) return;
   activate();
@@ -551,6 +570,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
     DP_CUDA_CHECK(device_, cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), stream_), op, " ", dx.str());
     return;
   }
+  const Tensor filter = filter_for(*this, w, layout);
   cudnnHandle_t handle = cudnn();
   const Scalars scalars(dy.dtype());
   const int64_t chunk = images_per_chunk(whole);
@@ -560,7 +580,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
     q.n = static_cast<int>(count);
     const ConvDescriptors d(q, device_);
     ConvBuffers buffers;
-    buffers.w = w.raw_data();
+    buffers.w = filter.raw_data();
     buffers.dy = images(dy, n0, count).raw_data();
     buffers.out = images(dx, n0, count).raw_data();
     const ConvAlgoChoice choice = algo_for<BackwardDataApi>(*this, conv_algos_->mutex, conv_algos_->choices,
@@ -585,7 +605,7 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
   DP_CHECK(!dbias.defined() || (dbias.dtype() == dy.dtype() && dbias.dim() == 1 && dbias.size(0) == dw.size(0) &&
                                 dbias.is_contiguous()),
            op, ": bias gradient ", dbias.str(), " does not match weight gradient ", dw.str());
-  const ConvLayout layout = layout_of(op, {&dy, &x, &dw});
+  const ConvLayout layout = layout_of(op, dw, {&dy, &x});
   const ConvProblem whole = make_problem(op, x, dw, dy, p, layout, options_.allow_tf32);
   const bool with_weight = dw.numel() > 0, with_bias = dbias.defined() && dbias.numel() > 0;
   if (!with_weight && !with_bias) return;
@@ -599,6 +619,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
   if (!weight_flows && !bias_flows) return;
   cudnnHandle_t handle = cudnn();
   const Scalars scalars(dy.dtype());
+  // NHWC: cuDNN writes the filter gradient as [K, KH, KW, C/g]; it is transposed into dw at the end.
+  const Tensor filter_grad = layout == ConvLayout::NCHW || !weight_flows
+                                 ? dw
+                                 : Tensor::empty(dw.shape(), dw.dtype(), dw.device(), MemoryFormat::ChannelsLast);
   const int64_t chunk = images_per_chunk(whole);
   for (int64_t n0 = 0; n0 < whole.n; n0 += chunk) {
     const int64_t count = std::min<int64_t>(chunk, whole.n - n0);
@@ -611,12 +635,12 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
       ConvBuffers buffers;
       buffers.x = images(x, n0, count).raw_data();
       buffers.dy = dy_part.raw_data();
-      buffers.out = dw.raw_data();
+      buffers.out = filter_grad.raw_data();
       // Find overwrites its output: past the first chunk dw holds a partial sum, so a search
       // there (a last chunk of another size) writes into a scratch buffer instead.
       std::optional<Workspace> scratch;
       if (accumulate && options_.cudnn_benchmark) {
-        scratch.emplace(*this, dw.nbytes());
+        scratch.emplace(*this, filter_grad.nbytes());
         buffers.out = scratch->get();
       }
       const ConvAlgoChoice choice = algo_for<BackwardFilterApi>(*this, conv_algos_->mutex, conv_algos_->choices,
@@ -627,11 +651,12 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
                                                     d.conv.get(),
                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algo),
                                                     ws.get(), ws.size(), scalars.beta(accumulate), d.w.get(),
-                                                    dw.raw_data()),
+                                                    filter_grad.raw_data()),
                      op, " ", dy.str(), " → ", dw.str(), " (algorithm ", choice.algo, ")");
     }
     if (bias_flows) bias_gradient(*this, handle, scalars, layout, dy_part, dbias, accumulate);
   }
+  if (weight_flows && !filter_grad.same(dw)) copy(filter_grad, dw);
 }
 
 }  // namespace dp::cuda

@@ -8,7 +8,8 @@
 // line of descriptor plumbing is a line that cannot be tested yet.
 //
 // cuDNN runs batch norm (CUDNN_BATCHNORM_SPATIAL, x described as 4-D [N, C, L, 1], L the product
-// of the trailing dims) when all of these hold, else norm.cu's kernels do (same semantics):
+// of the trailing dims, or as [N, C, H, W] NHWC when channels-last) when all of these hold, else
+// norm.cu's kernels do (same semantics; channels-last x as [N·H·W, C, 1]):
 //   - x is float32, float64 or float16 (PyTorch does not use cuDNN batch norm for bfloat16
 //     either); cuDNN's parameters/statistics are float32 (float64 for float64 x), so
 //     per-channel tensors in another dtype are cast into temporaries and the results
@@ -103,17 +104,33 @@ class ParamOperands {
 
 void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
-// x viewed as [N, C, S].
-BatchNormShape channel_shape(const Tensor& x) {
-  const int64_t N = x.size(0), C = x.size(1);
-  return {N, C, N * C > 0 ? x.numel() / (N * C) : 0};
+// A batch-norm problem: x [N, C, *] as norm.cu's kernels see it ([N, C, S], or [N·H·W, C, 1]
+// when channels-last: NOTE [ Channels-last ]), and as cuDNN's descriptors describe it.
+struct BatchNormProblem {
+  BatchNormShape kernel;     // for norm.cu
+  bool channels_last = false;
+  int64_t n = 0, c = 0, h = 0, w = 0;  // cuDNN: [n, c, h, w] NCHW, or NHWC when channels_last
+};
+
+// `activations`: x and the other tensors of x's shape in the call, one memory format for all.
+BatchNormProblem batch_norm_problem(const char* op, std::initializer_list<const Tensor*> activations) {
+  const Tensor& x = **activations.begin();
+  BatchNormProblem q;
+  q.channels_last = x.dim() == 4 && common_memory_format(op, activations) == MemoryFormat::ChannelsLast;
+  const int64_t N = x.size(0), C = x.size(1), S = N * C > 0 ? x.numel() / (N * C) : 0;
+  q.kernel = q.channels_last ? BatchNormShape{N * S, C, 1} : BatchNormShape{N, C, S};
+  q.n = N;
+  q.c = C;
+  q.h = q.channels_last ? x.size(2) : S;  // NCHW: [N, C, S, 1] covers every trailing shape
+  q.w = q.channels_last ? x.size(3) : 1;
+  return q;
 }
 
 // See the top of the file: when cuDNN runs batch norm.
-bool cudnn_batch_norm_ok(const Tensor& x, const BatchNormShape& s, bool training) {
+bool cudnn_batch_norm_ok(const Tensor& x, const BatchNormProblem& q, bool training) {
   const DType d = x.dtype();
   if (d != kFloat32 && d != kFloat64 && d != kFloat16) return false;
-  if (s.N > (training ? 880801 : 65535)) return false;
+  if (q.n > (training ? 880801 : 65535)) return false;
   return x.numel() <= INT_MAX;
 }
 
@@ -156,14 +173,17 @@ struct BlendFactor {
   float as_float;
 };
 
-// x as [N, C, S, 1] (NCHW, fully packed) and the derived [1, C, 1, 1] parameter descriptor.
+// x as [N, C, S, 1] NCHW or [N, C, H, W] NHWC (fully packed) and the derived [1, C, 1, 1]
+// parameter descriptor.
 struct BatchNormDescriptors {
   TensorDescriptor x, param;
-  BatchNormDescriptors(int device, DType dtype, const BatchNormShape& s) : x(device), param(device) {
+  BatchNormDescriptors(int device, DType dtype, const BatchNormProblem& q) : x(device), param(device) {
     DP_CUDNN_CHECK(device,
-                   cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NCHW, cudnn_dtype(dtype), static_cast<int>(s.N),
-                                              static_cast<int>(s.C), static_cast<int>(s.S), 1),
-                   "batch norm input [", s.N, ", ", s.C, ", ", s.S, ", 1]");
+                   cudnnSetTensor4dDescriptor(x.get(), q.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                              cudnn_dtype(dtype), static_cast<int>(q.n), static_cast<int>(q.c),
+                                              static_cast<int>(q.h), static_cast<int>(q.w)),
+                   "batch norm input [", q.n, ", ", q.c, ", ", q.h, ", ", q.w, "]",
+                   q.channels_last ? " channels-last" : "");
 // The legacy batch-norm API is deprecated in cuDNN 9 (in favour of the graph API) and used on
 // purpose (see the top of this file); the warning (only with CUDNN_WARN_DEPRECATED) is silenced
 // for these calls alone.
@@ -180,7 +200,8 @@ constexpr double kBackwardEpsilon = CUDNN_BN_MIN_EPSILON > 1e-5 ? CUDNN_BN_MIN_E
 
 }  // namespace
 
-// x, y [N, C, *] contiguous; weight, bias, running_mean, running_var, save_mean, save_invstd [C].
+// x, y [N, C, *] contiguous, or both channels-last; weight, bias, running_mean, running_var,
+// save_mean, save_invstd [C].
 void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                                      const Tensor& save_mean, const Tensor& save_invstd, bool training,
@@ -189,21 +210,22 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   for (const Tensor* t : {&x, &weight, &bias, &running_mean, &running_var, &y, &save_mean, &save_invstd})
     if (t->defined()) check_operand(op, *t);
   check_supported(Kernel::BatchNormForward, x.dtype());
-  DP_CHECK(x.dim() >= 2 && x.is_contiguous(), op, ": expected a contiguous input [N, C, *], got ", x.str());
-  DP_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype() && y.is_contiguous(), op,
-           ": output ", y.str(), " must be contiguous and match the input ", x.str());
+  DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *], got ", x.str());
+  DP_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype(), op, ": output ", y.str(), " must match the input ",
+           x.str());
   DP_CHECK(running_mean.defined() == running_var.defined(), op,
            ": give both running_mean and running_var, or neither");
   DP_CHECK(training ? (save_mean.defined() && save_invstd.defined()) : running_mean.defined(), op,
            training ? ": training needs save_mean and save_invstd" : ": eval needs running_mean and running_var");
-  const BatchNormShape s = channel_shape(x);
+  const BatchNormProblem q = batch_norm_problem(op, {&x, &y});
+  const BatchNormShape s = q.kernel;
   for (auto [name, t] : {std::pair{"weight", &weight}, {"bias", &bias}, {"running_mean", &running_mean},
                          {"running_var", &running_var}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd}})
     check_per_feature(op, name, *t, s.C);
   if (x.numel() == 0) return;
   activate();
 
-  const bool use_cudnn = eps >= CUDNN_BN_MIN_EPSILON && cudnn_batch_norm_ok(x, s, training);
+  const bool use_cudnn = eps >= CUDNN_BN_MIN_EPSILON && cudnn_batch_norm_ok(x, q, training);
   ParamOperands params(*this, use_cudnn ? acc_dtype(x.dtype())
                                         : choose_param_dtype(x.dtype(), {&weight, &bias, &running_mean, &running_var,
                                                                          &save_mean, &save_invstd}));
@@ -218,7 +240,7 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
     if (!w.defined()) w = params.filled(s.C, 1.0);
     if (!b.defined()) b = params.filled(s.C, 0.0);
     cudnnHandle_t handle = cudnn();
-    const BatchNormDescriptors desc(device_, x.dtype(), s);
+    const BatchNormDescriptors desc(device_, x.dtype(), q);
     const BlendFactor one(1.0), zero(0.0);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // legacy API on purpose (top of file)
@@ -259,7 +281,8 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   params.finish();
 }
 
-// dy, x, dx [N, C, *] contiguous; weight, save_mean, save_invstd, dweight, dbias [C].
+// dy, x, dx [N, C, *] contiguous, or all channels-last; weight, save_mean, save_invstd, dweight,
+// dbias [C].
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                       const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
                                       const Tensor& dweight, const Tensor& dbias, bool training) {
@@ -267,20 +290,22 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   for (const Tensor* t : {&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias})
     if (t->defined()) check_operand(op, *t);
   check_supported(Kernel::BatchNormBackward, x.dtype());
-  DP_CHECK(x.dim() >= 2 && x.is_contiguous(), op, ": expected a contiguous input [N, C, *], got ", x.str());
-  DP_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype() && dy.is_contiguous(), op, ": gradient ", dy.str(),
-           " must be contiguous and match the input ", x.str());
-  DP_CHECK(!dx.defined() || (dx.shape() == x.shape() && dx.dtype() == x.dtype() && dx.is_contiguous()), op,
-           ": dx ", dx.defined() ? dx.str() : "", " must be contiguous and match the input ", x.str());
+  DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *], got ", x.str());
+  DP_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), op, ": gradient ", dy.str(),
+           " must match the input ", x.str());
+  DP_CHECK(!dx.defined() || (dx.shape() == x.shape() && dx.dtype() == x.dtype()), op, ": dx ",
+           dx.defined() ? dx.str() : "", " must match the input ", x.str());
   DP_CHECK(save_mean.defined() && save_invstd.defined(), op, ": save_mean and save_invstd are required");
-  const BatchNormShape s = channel_shape(x);
+  const BatchNormProblem q =
+      dx.defined() ? batch_norm_problem(op, {&x, &dy, &dx}) : batch_norm_problem(op, {&x, &dy});
+  const BatchNormShape s = q.kernel;
   for (auto [name, t] : {std::pair{"weight", &weight}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd},
                          {"dweight", &dweight}, {"dbias", &dbias}})
     check_per_feature(op, name, *t, s.C);
   if (x.numel() == 0 || (!dx.defined() && !dweight.defined() && !dbias.defined())) return;
   activate();
 
-  const bool use_cudnn = training && dx.defined() && cudnn_batch_norm_ok(x, s, /*training=*/true);
+  const bool use_cudnn = training && dx.defined() && cudnn_batch_norm_ok(x, q, /*training=*/true);
   ParamOperands params(*this, use_cudnn ? acc_dtype(x.dtype())
                                         : choose_param_dtype(x.dtype(),
                                                              {&weight, &save_mean, &save_invstd, &dweight, &dbias}));
@@ -292,7 +317,7 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
     if (!dw.defined()) dw = params.scratch(s.C);
     if (!db.defined()) db = params.scratch(s.C);
     cudnnHandle_t handle = cudnn();
-    const BatchNormDescriptors desc(device_, x.dtype(), s);
+    const BatchNormDescriptors desc(device_, x.dtype(), q);
     const BlendFactor one(1.0), zero(0.0);
     const void* a = one.for_dtype(x.dtype());
     const void* z = zero.for_dtype(x.dtype());

@@ -7,6 +7,11 @@
 // one partial; a per-channel kernel then adds the `splits` partials in order. A third kernel
 // applies the per-channel coefficients elementwise. Elements are walked in units of V (16 bytes
 // when every run of S elements is aligned, else 1 element) without a division per element.
+// S = 1 — channels-last x is [N·H·W, C, 1] (NOTE [ Channels-last ]), or a [N, C] input — makes
+// channel c's elements C apart, so the partial sums are taken by column kernels instead: grid
+// (column tiles of 32 channels, splits), each warp-row of a block walks rows of its split and
+// reads 32 adjacent channels (coalesced); the block adds its rows' sums in a fixed order. They
+// write the same partials, so the rest is shared.
 //
 // Layer norm, x viewed as [M, N]: one warp per row when N <= 1024, else one 256-thread block per
 // row; two passes over the row for the variance (the second re-reads the row, which is in L1/L2).
@@ -137,6 +142,73 @@ __global__ void __launch_bounds__(kBlock)
     partial[(c * splits + k) * 2 + 1] = sum_sq;
   }
 }
+
+template <typename A>
+struct TermPair {
+  A first, second;
+};
+
+// S = 1: partial [C, splits, 2] as the run kernels write it, from a [N, C] input. Grid
+// (ceil(C / kColTile), splits), block kBlock = kColTile columns × kRowLanes row lanes; each lane
+// adds terms.at(r, c, k) for rows r of its split (k = terms.column(c), read once), and the block
+// adds its lanes' sums in a fixed order (deterministic).
+template <typename A, typename Terms>
+__global__ void __launch_bounds__(kBlock)
+    bn_columns_kernel(Terms terms, A* __restrict__ partial, int64_t N, int64_t C) {
+  __shared__ A tile[2][kRowLanes][kColTile];
+  const int col = threadIdx.x % kColTile, lane = threadIdx.x / kColTile;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + col;
+  const int64_t k = blockIdx.y, splits = gridDim.y;
+  const int64_t begin = N * k / splits, end = N * (k + 1) / splits;
+  A first = 0, second = 0;
+  if (c < C) {
+    const A constant = terms.column(c);
+    for (int64_t r = begin + lane; r < end; r += kRowLanes) {
+      const auto t = terms.at(r, c, constant);
+      first += t.first;
+      second += t.second;
+    }
+  }
+  tile[0][lane][col] = first;
+  tile[1][lane][col] = second;
+  __syncthreads();
+  if (lane == 0 && c < C) {
+    for (int l = 1; l < kRowLanes; ++l) {
+      first += tile[0][l][col];
+      second += tile[1][l][col];
+    }
+    partial[(c * splits + k) * 2] = first;
+    partial[(c * splits + k) * 2 + 1] = second;
+  }
+}
+
+// Σ(x − K) and Σ(x − K)² with K = x[0, c] (bn_stats_partial_kernel's shifted moments).
+template <typename T>
+struct MomentTerms {
+  using A = acc_t<T>;
+  const T* __restrict__ x;
+  int64_t C;
+  __device__ __forceinline__ A column(int64_t c) const { return convert<A>(x[c]); }
+  __device__ __forceinline__ TermPair<A> at(int64_t r, int64_t c, A shift) const {
+    const A d = convert<A>(x[r * C + c]) - shift;
+    return {d, d * d};
+  }
+};
+
+// Σ dy and Σ dy·(x − mean) (bn_grad_partial_kernel's sums).
+template <typename T, typename P>
+struct GradTerms {
+  using A = acc_t<T>;
+  const T* __restrict__ dy;
+  const T* __restrict__ x;
+  const P* __restrict__ mean;
+  int64_t C;
+  __device__ __forceinline__ A column(int64_t c) const { return convert<A>(mean[c]); }
+  __device__ __forceinline__ TermPair<A> at(int64_t r, int64_t c, A m) const {
+    const A g = convert<A>(dy[r * C + c]);
+    return {g, g * (convert<A>(x[r * C + c]) - m)};
+  }
+};
 
 // x [N, C, S] (only x[0, c, 0], the shift K, is read); partial [C, splits, 2] (training);
 // weight, bias [C] (null: ones, zeros); running_mean, running_var [C] (training: updated, null →
@@ -517,6 +589,11 @@ size_t acc_size(DType dtype) { return dtype == DType::Float64 ? sizeof(double) :
 // Splits per channel for the batch-norm reductions (grid (C, splits)); the same for both
 // launchers and batch_norm_workspace_bytes.
 int64_t bn_splits(const BatchNormShape& s) {
+  if (s.S == 1) {  // column kernels: about kTargetBlocks blocks of kColTile channels
+    const int64_t col_blocks = std::max<int64_t>(1, ceil_div(s.C, kColTile));
+    const int64_t by_rows = ceil_div(s.N, kMinRowsPerSplit * kRowLanes);
+    return std::max<int64_t>(1, std::min(by_rows, ceil_div(kTargetBlocks, col_blocks)));
+  }
   const int64_t per_channel = s.N * s.S;
   const int64_t by_work = ceil_div(per_channel, kBnMinUnitsPerBlock);
   const int64_t by_occupancy = ceil_div(kTargetBlocks, std::max<int64_t>(s.C, 1));
@@ -587,7 +664,10 @@ cudaError_t launch_batch_norm_forward(const BatchNormForwardArgs& args, DType dt
     A* partial = static_cast<A*>(workspace);
     A* coef = partial + ws.partial_elems;
     const bool vec = bn_vectorizable<T>(S, {args.x, args.y});
-    if (training) {
+    if (training && S == 1) {
+      const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(ws.splits));
+      bn_columns_kernel<A><<<grid, kBlock, 0, stream>>>(MomentTerms<T>{x, C}, partial, N, C);
+    } else if (training) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
       if (vec) bn_stats_partial_kernel<T, kVec<T>><<<grid, kBlock, 0, stream>>>(x, partial, N, C, S / kVec<T>);
       else bn_stats_partial_kernel<T, 1><<<grid, kBlock, 0, stream>>>(x, partial, N, C, S);
@@ -625,7 +705,10 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
     const P* save_mean = static_cast<const P*>(args.save_mean);
     A* partial = static_cast<A*>(workspace);
     A* coef = partial + ws.partial_elems;
-    if (need_sums) {
+    if (need_sums && S == 1) {
+      const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(ws.splits));
+      bn_columns_kernel<A><<<grid, kBlock, 0, stream>>>(GradTerms<T, P>{dy, x, save_mean, C}, partial, N, C);
+    } else if (need_sums) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
       if (bn_vectorizable<T>(S, {args.dy, args.x}))
         bn_grad_partial_kernel<T, P, kVec<T>>

@@ -1,4 +1,4 @@
-// Pooling front-ends (kernels in pool.cu), NCHW contiguous.
+// Pooling front-ends (kernels in pool.cu), NCHW-contiguous or channels-last.
 //
 // Our own kernels rather than cuDNN's pooling: cuDNN's max pooling returns no indices (its
 // backward re-reads x and y to find the maximum again), while our interface saves int32 indices
@@ -16,14 +16,16 @@ namespace dp::cuda {
 
 namespace {
 
-// x [N, C, H, W] (input side), y [N, C, OH, OW] (output side).
-PoolGeometry geometry_of(const char* op, const Tensor& x, const Tensor& y) {
+// x [N, C, H, W] (input side), y [N, C, OH, OW] (output side), and the max-pool indices (like y)
+// when given: one memory format for all (NOTE [ Channels-last ]).
+PoolGeometry geometry_of(const char* op, const Tensor& x, const Tensor& y, const Tensor& indices = Tensor()) {
   DP_CHECK(x.dim() == 4 && y.dim() == 4 && x.size(0) == y.size(0) && x.size(1) == y.size(1), op,
-           ": expected NCHW input and output with the same N and C, got ", x.str(), " and ", y.str());
-  DP_CHECK(x.is_contiguous() && y.is_contiguous(), op, ": expected contiguous tensors, got ", x.str(), " and ",
-           y.str());
+           ": expected 4-D input and output [N, C, H, W] with the same N and C, got ", x.str(), " and ", y.str());
   PoolGeometry g;
+  g.channels_last = (indices.defined() ? common_memory_format(op, {&x, &y, &indices})
+                                       : common_memory_format(op, {&x, &y})) == MemoryFormat::ChannelsLast;
   g.planes = x.size(0) * x.size(1);
+  g.channels = x.size(1);
   g.H = x.size(2);
   g.W = x.size(3);
   g.OH = y.size(2);
@@ -54,12 +56,11 @@ void CudaBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Ten
   const char* op = "max_pool2d";
   for (const Tensor* t : {&x, &y, &indices}) check_operand(op, *t);
   check_supported(Kernel::MaxPool2dForward, x.dtype());
-  DP_CHECK(y.dtype() == x.dtype() && indices.dtype() == kInt32 && indices.shape() == y.shape() &&
-               indices.is_contiguous(),
-           op, ": expected y in the input's dtype and contiguous int32 indices of y's shape, got x ", x.str(), ", y ",
-           y.str(), ", indices ", indices.str());
+  DP_CHECK(y.dtype() == x.dtype() && indices.dtype() == kInt32 && indices.shape() == y.shape(), op,
+           ": expected y in the input's dtype and int32 indices of y's shape, got x ", x.str(), ", y ", y.str(),
+           ", indices ", indices.str());
   check_window(op, p);
-  PoolGeometry g = geometry_of(op, x, y);
+  PoolGeometry g = geometry_of(op, x, y, indices);
   set_window(g, p);
   DP_CHECK(g.H * g.W <= INT32_MAX, op, ": a plane of ", g.H, "x", g.W, " elements is too large for int32 indices (",
            x.str(), ")");
@@ -70,16 +71,19 @@ void CudaBackend::max_pool2d_forward(const Tensor& x, const Tensor& y, const Ten
                 op, " ", x.str(), " → ", y.str());
 }
 
-// dy [N, C, OH, OW], indices int32 [N, C, OH, OW] → dx [N, C, H, W] (overwritten)
-void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+// dy [N, C, OH, OW], indices int32 [N, C, OH, OW] → dx [N, C, H, W] (overwritten); the kernel
+// gathers through the forward's window p.
+void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx,
+                                      const Pool2dParams& p) {
   const char* op = "max_pool2d_backward";
   for (const Tensor* t : {&dy, &indices, &dx}) check_operand(op, *t);
   check_supported(Kernel::MaxPool2dBackward, dy.dtype());
-  DP_CHECK(dx.dtype() == dy.dtype() && indices.dtype() == kInt32 && indices.shape() == dy.shape() &&
-               indices.is_contiguous(),
-           op, ": expected dx in dy's dtype and contiguous int32 indices of dy's shape, got dy ", dy.str(),
-           ", indices ", indices.str(), ", dx ", dx.str());
-  const PoolGeometry g = geometry_of(op, dx, dy);
+  DP_CHECK(dx.dtype() == dy.dtype() && indices.dtype() == kInt32 && indices.shape() == dy.shape(), op,
+           ": expected dx in dy's dtype and int32 indices of dy's shape, got dy ", dy.str(), ", indices ",
+           indices.str(), ", dx ", dx.str());
+  check_window(op, p);
+  PoolGeometry g = geometry_of(op, dx, dy, indices);
+  set_window(g, p);
   DP_CHECK(g.H * g.W <= INT32_MAX, op, ": a plane of ", g.H, "x", g.W, " elements is too large for int32 indices (",
            dx.str(), ")");
   if (dx.numel() == 0) return;

@@ -1,17 +1,17 @@
-// Pooling kernels, NCHW contiguous: every (n, c) plane is independent. Forward kernels run one
-// thread per output element and scan its window in the CPU backend's order (rows, then columns),
-// so sums and tie-breaking match it. Backward kernels are deterministic and use no atomics:
-//   - avg and adaptive avg: one thread per INPUT element gathers the outputs whose windows
-//     contain it (their range follows from the window arithmetic), adding in the CPU's order;
-//   - max: the interface passes no window geometry to the backward (backend.h), so the inputs an
-//     output points at are known only through its index. One warp owns a plane: it zeroes dx,
-//     then walks the plane's outputs 32 at a time in order; lanes whose indices coincide are
-//     grouped with __match_any_sync and the group's lowest lane adds their dy in output order
-//     to dx. Planes are disjoint and a plane has one writer, so no two threads ever write the
-//     same element, and each dx element receives its terms in the CPU's order.
+// Pooling kernels, NCHW-contiguous or channels-last (NOTE [ Channels-last ]): every (n, c) plane
+// is independent. Each kernel is one template over the layout (kChannelsLast): a thread takes
+// one element in memory order — so neighbouring threads touch neighbouring addresses in either
+// layout (in NHWC they are neighbouring channels of one pixel) — and reaches the other elements
+// of its plane through a PlaneView (element (h, w) at base + h·row + w·col).
+// Forward kernels run one thread per output element and scan its window in the CPU backend's
+// order (rows, then columns), so sums and tie-breaking match it. Backward kernels run one thread
+// per INPUT element that gathers the outputs whose windows contain it (their range follows from
+// the window arithmetic), adding in output order as the CPU's scatter does: deterministic, no
+// atomics. Max pooling takes from those outputs the ones whose saved index is this element.
 // Index arithmetic is int32 when every offset fits (int32 division is much cheaper), else int64.
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/backend/cuda/device_utils.cuh"
 #include "runtime/backend/cuda/pool_kernels.h"
@@ -30,28 +30,28 @@ __device__ __forceinline__ I imax(I a, I b) { return a > b ? a : b; }
 // PoolGeometry in the kernel's index type.
 template <typename Index>
 struct Geo {
-  Index H, W, OH, OW;
+  Index C, H, W, OH, OW;
   Index kh, kw, sh, sw, ph, pw;
   bool include_pad;
 };
 
 template <typename Index>
 Geo<Index> narrow(const PoolGeometry& g) {
-  return {static_cast<Index>(g.H),        static_cast<Index>(g.W),        static_cast<Index>(g.OH),
-          static_cast<Index>(g.OW),       static_cast<Index>(g.kernel_h), static_cast<Index>(g.kernel_w),
-          static_cast<Index>(g.stride_h), static_cast<Index>(g.stride_w), static_cast<Index>(g.pad_h),
-          static_cast<Index>(g.pad_w),    g.count_include_pad};
+  return {static_cast<Index>(g.channels), static_cast<Index>(g.H),        static_cast<Index>(g.W),
+          static_cast<Index>(g.OH),       static_cast<Index>(g.OW),       static_cast<Index>(g.kernel_h),
+          static_cast<Index>(g.kernel_w), static_cast<Index>(g.stride_h), static_cast<Index>(g.stride_w),
+          static_cast<Index>(g.pad_h),    static_cast<Index>(g.pad_w),    g.count_include_pad};
 }
 
 // Whether every intermediate of the kernels below fits in int32: flat offsets into x and y,
-// window bounds (at most H + 2·pad + kernel + stride), and the adaptive products o·in. The
-// limit keeps 64 of headroom: the max-pool backward's warp loops step an int32 index by 32 past
-// the plane's last element (e += 32, base + lane), which must not overflow.
+// window bounds (at most H + 2·pad + kernel + stride), and the adaptive products o·in (64 of
+// headroom kept).
 bool fits_int32(const PoolGeometry& g) {
   constexpr int64_t kLimit = int64_t(INT32_MAX) - 64;
   const auto ok = [&](int64_t v) { return v >= 0 && v <= kLimit; };
   // Each factor alone first, so the products below cannot overflow int64.
-  for (int64_t v : {g.planes, g.H, g.W, g.OH, g.OW, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w})
+  for (int64_t v : {g.planes, g.channels, g.H, g.W, g.OH, g.OW, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w,
+                    g.pad_h, g.pad_w})
     if (!ok(v)) return false;
   return ok(g.planes * g.H * g.W) && ok(g.planes * g.OH * g.OW) && ok(g.H + 2 * g.pad_h + g.kernel_h + g.stride_h) &&
          ok(g.W + 2 * g.pad_w + g.kernel_w + g.stride_w) && ok((g.OH + 1) * (g.H + 1)) && ok((g.OW + 1) * (g.W + 1));
@@ -77,29 +77,68 @@ __device__ __forceinline__ Index adaptive_start(Index o, Index in, Index out) { 
 template <typename Index>
 __device__ __forceinline__ Index adaptive_end(Index o, Index in, Index out) { return ((o + 1) * in + out - 1) / out; }
 
+// ---- Layouts -----------------------------------------------------------------------------------
+
+// Element (h, w) of one (n, c) plane of a tensor is at base + h·row + w·col.
+template <typename Index>
+struct PlaneView {
+  Index base, row, col;
+  __device__ __forceinline__ Index at(Index h, Index w) const { return base + h * row + w * col; }
+};
+
+// Linear element e of a tensor with rows×cols planes, in memory order: its position (r, q) in its
+// plane, and that plane's view in this tensor and in the other tensor of the pair (the same
+// (n, c), planes of other_rows×other_cols). C is the channel count (used by channels-last only).
+template <typename Index>
+struct Located {
+  Index r, q;
+  PlaneView<Index> self, other;
+};
+
+template <bool kChannelsLast, typename Index>
+__device__ __forceinline__ Located<Index> locate(Index e, Index C, Index rows, Index cols, Index other_rows,
+                                                 Index other_cols) {
+  Located<Index> l;
+  if constexpr (kChannelsLast) {  // e = ((n·rows + r)·cols + q)·C + c
+    const Index c = e % C, pixel = e / C;
+    l.q = pixel % cols;
+    const Index nr = pixel / cols;
+    l.r = nr % rows;
+    const Index n = nr / rows;
+    l.self = {n * rows * cols * C + c, cols * C, C};
+    l.other = {n * other_rows * other_cols * C + c, other_cols * C, C};
+  } else {  // e = (plane·rows + r)·cols + q
+    l.q = e % cols;
+    const Index pr = e / cols;
+    l.r = pr % rows;
+    const Index plane = pr / rows;
+    l.self = {plane * rows * cols, cols, 1};
+    l.other = {plane * other_rows * other_cols, other_cols, 1};
+  }
+  return l;
+}
+
 // ---- Kernels ----------------------------------------------------------------------------------
 
-// x [planes, H, W] → y [planes, OH, OW], indices int32 [planes, OH, OW] (h * W + w in the plane).
-// One thread per output; total = planes * OH * OW.
-template <typename T, typename Index>
+// x [N, C, H, W] → y [N, C, OH, OW], indices int32 like y (h * W + w in the plane).
+// One thread per output; total = N·C·OH·OW.
+template <typename T, typename Index, bool kChannelsLast>
 __global__ void max_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ indices,
                                           Geo<Index> g, int64_t total) {
   using A = acc_t<T>;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const Index o = static_cast<Index>(i);
-    const Index ow = o % g.OW, rest = o / g.OW;
-    const Index oh = rest % g.OH, plane = rest / g.OH;
-    const T* in = x + plane * g.H * g.W;
-    const Index h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+    const Located<Index> l = locate<kChannelsLast>(static_cast<Index>(i), g.C, g.OH, g.OW, g.H, g.W);
+    const PlaneView<Index> in = l.other;
+    const Index h0 = l.r * g.sh - g.ph, w0 = l.q * g.sw - g.pw;
     const Index hs = imax<Index>(h0, 0), he = imin<Index>(h0 + g.kh, g.H);
     const Index ws = imax<Index>(w0, 0), we = imin<Index>(w0 + g.kw, g.W);
     A best = A(-INFINITY);
-    Index best_i = -1;
+    Index best_i = hs * g.W + ws;  // the window's first element, as the CPU backend
     for (Index h = hs; h < he; ++h) {
       for (Index w = ws; w < we; ++w) {
-        const A v = convert<A>(in[h * g.W + w]);
-        // The first element always; then strictly greater (first maximum wins), or NaN.
-        if (best_i < 0 || v > best || v != v) {
+        const A v = convert<A>(x[in.at(h, w)]);
+        // Strictly greater (first maximum wins), or NaN.
+        if (v > best || v != v) {
           best = v;
           best_i = h * g.W + w;
         }
@@ -110,130 +149,104 @@ __global__ void max_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict
   }
 }
 
-// dy [planes, OH, OW], indices int32 [planes, OH, OW] → dx [planes, H, W] (overwritten).
-// One warp per plane (warps grid-stride over planes); see the file comment.
-template <typename T, typename Index>
+// Output oh's window rows are [oh·sh − ph, oh·sh − ph + kh), so row h lies in the windows of
+// oh ∈ [ceil((h + ph − kh + 1) / sh), floor((h + ph) / sh)] ∩ [0, OH); the same for columns.
+template <typename Index>
+struct WindowRange {
+  Index lo, hi;  // inclusive
+};
+template <typename Index>
+__device__ __forceinline__ WindowRange<Index> outputs_covering(Index h, Index pad, Index kernel, Index stride,
+                                                               Index outputs) {
+  const Index n = h + pad - kernel + 1;
+  return {n <= 0 ? Index(0) : (n + stride - 1) / stride, imin<Index>((h + pad) / stride, outputs - 1)};
+}
+
+// dy, indices [N, C, OH, OW] → dx [N, C, H, W] (overwritten). One thread per input element; it
+// adds, in output order, the dy of every output whose window holds it and whose index names it.
+template <typename T, typename Index, bool kChannelsLast>
 __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, const int32_t* __restrict__ indices,
-                                           T* __restrict__ dx, int64_t planes, Index in_plane, Index out_plane) {
+                                           T* __restrict__ dx, Geo<Index> g, int64_t total) {
   using A = acc_t<T>;
-  constexpr unsigned kFull = 0xffffffffu;
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  const int64_t warps = grid_stride() / 32;
-  // Warp-uniform loops only: every lane runs every iteration, so the full-mask intrinsics below
-  // always see the whole warp.
-  for (int64_t plane = first_index() / 32; plane < planes; plane += warps) {
-    T* out = dx + plane * in_plane;
-    const T* grad = dy + plane * out_plane;
-    const int32_t* idx = indices + plane * out_plane;
-    for (Index e = lane; e < in_plane; e += 32) out[e] = convert<T>(A(0));
-    __syncwarp();  // orders the zeroing before the lanes' reads below
-    for (Index base = 0; base < out_plane; base += 32) {
-      const Index o = base + lane;
-      int32_t target = -1;  // -1: no output (past the plane's end) or an index outside the plane
-      A v = A(0);
-      if (o < out_plane) {
-        const int32_t k = idx[o];
-        if (k >= 0 && static_cast<Index>(k) < in_plane) {
-          target = k;
-          v = convert<A>(grad[o]);
-        }
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const Located<Index> l = locate<kChannelsLast>(static_cast<Index>(i), g.C, g.H, g.W, g.OH, g.OW);
+    const Index h = l.r, w = l.q, me = h * g.W + w;
+    const WindowRange<Index> rows = outputs_covering(h, g.ph, g.kh, g.sh, g.OH);
+    const WindowRange<Index> cols = outputs_covering(w, g.pw, g.kw, g.sw, g.OW);
+    A sum = A(0);
+    for (Index oh = rows.lo; oh <= rows.hi; ++oh)
+      for (Index ow = cols.lo; ow <= cols.hi; ++ow) {
+        const Index o = l.other.at(oh, ow);
+        if (static_cast<Index>(indices[o]) == me) sum += convert<A>(dy[o]);
       }
-      const unsigned same = __match_any_sync(kFull, target);  // lanes with this lane's target
-      const bool writer = target >= 0 && __ffs(static_cast<int>(same)) - 1 == lane;
-      A sum = writer ? convert<A>(out[target]) : A(0);
-      if (__all_sync(kFull, __popc(same) == 1 || target < 0)) {
-        sum += v;  // no two lanes share a target (non-overlapping windows: the common case)
-      } else {
-        for (int j = 0; j < 32; ++j) {  // in output order, after what earlier chunks added
-          const A vj = __shfl_sync(kFull, v, j);
-          if ((same >> j) & 1u) sum += vj;
-        }
-      }
-      if (writer) out[target] = convert<T>(sum);
-      __syncwarp();  // this chunk's writes before the next chunk's reads (possibly other lanes)
-    }
+    dx[i] = convert<T>(sum);
   }
 }
 
-// x [planes, H, W] → y [planes, OH, OW]. One thread per output; total = planes * OH * OW.
-template <typename T, typename Index>
+// x [N, C, H, W] → y [N, C, OH, OW]. One thread per output; total = N·C·OH·OW.
+template <typename T, typename Index, bool kChannelsLast>
 __global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, Geo<Index> g, int64_t total) {
   using A = acc_t<T>;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const Index o = static_cast<Index>(i);
-    const Index ow = o % g.OW, rest = o / g.OW;
-    const Index oh = rest % g.OH, plane = rest / g.OH;
-    const T* in = x + plane * g.H * g.W;
-    const Index h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+    const Located<Index> l = locate<kChannelsLast>(static_cast<Index>(i), g.C, g.OH, g.OW, g.H, g.W);
+    const PlaneView<Index> in = l.other;
+    const Index h0 = l.r * g.sh - g.ph, w0 = l.q * g.sw - g.pw;
     const Index hs = imax<Index>(h0, 0), he = imin<Index>(h0 + g.kh, g.H);
     const Index ws = imax<Index>(w0, 0), we = imin<Index>(w0 + g.kw, g.W);
     A sum = A(0);
     for (Index h = hs; h < he; ++h)
-      for (Index w = ws; w < we; ++w) sum += convert<A>(in[h * g.W + w]);
+      for (Index w = ws; w < we; ++w) sum += convert<A>(x[in.at(h, w)]);
     y[i] = convert<T>(sum / static_cast<A>(avg_divisor(h0, w0, g)));
   }
 }
 
-// dy [planes, OH, OW] → dx [planes, H, W] (overwritten). One thread per input element;
-// total = planes * H * W. Output oh's window rows are [oh·sh − ph, oh·sh − ph + kh), so row h
-// lies in the windows of oh ∈ [ceil((h + ph − kh + 1) / sh), floor((h + ph) / sh)] ∩ [0, OH).
-template <typename T, typename Index>
+// dy [N, C, OH, OW] → dx [N, C, H, W] (overwritten). One thread per input element.
+template <typename T, typename Index, bool kChannelsLast>
 __global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, T* __restrict__ dx, Geo<Index> g, int64_t total) {
   using A = acc_t<T>;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const Index e = static_cast<Index>(i);
-    const Index w = e % g.W, rest = e / g.W;
-    const Index h = rest % g.H, plane = rest / g.H;
-    const T* grad = dy + plane * g.OH * g.OW;
-    const Index nh = h + g.ph - g.kh + 1, nw = w + g.pw - g.kw + 1;
-    const Index oh_lo = nh <= 0 ? Index(0) : (nh + g.sh - 1) / g.sh;
-    const Index ow_lo = nw <= 0 ? Index(0) : (nw + g.sw - 1) / g.sw;
-    const Index oh_hi = imin<Index>((h + g.ph) / g.sh, g.OH - 1);  // inclusive
-    const Index ow_hi = imin<Index>((w + g.pw) / g.sw, g.OW - 1);
+    const Located<Index> l = locate<kChannelsLast>(static_cast<Index>(i), g.C, g.H, g.W, g.OH, g.OW);
+    const WindowRange<Index> rows = outputs_covering(l.r, g.ph, g.kh, g.sh, g.OH);
+    const WindowRange<Index> cols = outputs_covering(l.q, g.pw, g.kw, g.sw, g.OW);
     A sum = A(0);
-    for (Index oh = oh_lo; oh <= oh_hi; ++oh) {
+    for (Index oh = rows.lo; oh <= rows.hi; ++oh) {
       const Index h0 = oh * g.sh - g.ph;
-      for (Index ow = ow_lo; ow <= ow_hi; ++ow) {
+      for (Index ow = cols.lo; ow <= cols.hi; ++ow) {
         const Index w0 = ow * g.sw - g.pw;
-        sum += convert<A>(grad[oh * g.OW + ow]) / static_cast<A>(avg_divisor(h0, w0, g));
+        sum += convert<A>(dy[l.other.at(oh, ow)]) / static_cast<A>(avg_divisor(h0, w0, g));
       }
     }
     dx[i] = convert<T>(sum);
   }
 }
 
-// x [planes, H, W] → y [planes, OH, OW]. One thread per output; total = planes * OH * OW.
-template <typename T, typename Index>
+// x [N, C, H, W] → y [N, C, OH, OW]. One thread per output; total = N·C·OH·OW.
+template <typename T, typename Index, bool kChannelsLast>
 __global__ void adaptive_avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, Geo<Index> g,
                                                    int64_t total) {
   using A = acc_t<T>;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const Index o = static_cast<Index>(i);
-    const Index ow = o % g.OW, rest = o / g.OW;
-    const Index oh = rest % g.OH, plane = rest / g.OH;
-    const T* in = x + plane * g.H * g.W;
-    const Index h0 = adaptive_start(oh, g.H, g.OH), h1 = adaptive_end(oh, g.H, g.OH);
-    const Index w0 = adaptive_start(ow, g.W, g.OW), w1 = adaptive_end(ow, g.W, g.OW);
+    const Located<Index> l = locate<kChannelsLast>(static_cast<Index>(i), g.C, g.OH, g.OW, g.H, g.W);
+    const Index h0 = adaptive_start(l.r, g.H, g.OH), h1 = adaptive_end(l.r, g.H, g.OH);
+    const Index w0 = adaptive_start(l.q, g.W, g.OW), w1 = adaptive_end(l.q, g.W, g.OW);
     A sum = A(0);
     for (Index h = h0; h < h1; ++h)
-      for (Index w = w0; w < w1; ++w) sum += convert<A>(in[h * g.W + w]);
+      for (Index w = w0; w < w1; ++w) sum += convert<A>(x[l.other.at(h, w)]);
     const int64_t count = int64_t(h1 - h0) * int64_t(w1 - w0);
     y[i] = convert<T>(sum / static_cast<A>(count));
   }
 }
 
-// dy [planes, OH, OW] → dx [planes, H, W] (overwritten). One thread per input element;
-// total = planes * H * W. Output oh's window [floor(oh·H/OH), ceil((oh+1)·H/OH)) contains row h
-// exactly when oh ∈ [floor(h·OH/H), ceil((h+1)·OH/H)): the same bounds with H and OH swapped.
-template <typename T, typename Index>
+// dy [N, C, OH, OW] → dx [N, C, H, W] (overwritten). One thread per input element. Output oh's
+// window [floor(oh·H/OH), ceil((oh+1)·H/OH)) contains row h exactly when
+// oh ∈ [floor(h·OH/H), ceil((h+1)·OH/H)): the same bounds with H and OH swapped.
+template <typename T, typename Index, bool kChannelsLast>
 __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ dy, T* __restrict__ dx, Geo<Index> g,
                                                     int64_t total) {
   using A = acc_t<T>;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const Index e = static_cast<Index>(i);
-    const Index w = e % g.W, rest = e / g.W;
-    const Index h = rest % g.H, plane = rest / g.H;
-    const T* grad = dy + plane * g.OH * g.OW;
+    const Located<Index> l = locate<kChannelsLast>(static_cast<Index>(i), g.C, g.H, g.W, g.OH, g.OW);
+    const Index h = l.r, w = l.q;
     const Index oh_lo = adaptive_start(h, g.OH, g.H), oh_hi = imin<Index>(adaptive_end(h, g.OH, g.H), g.OH);
     const Index ow_lo = adaptive_start(w, g.OW, g.W), ow_hi = imin<Index>(adaptive_end(w, g.OW, g.W), g.OW);
     A sum = A(0);
@@ -242,19 +255,27 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ dy, T*
       for (Index ow = ow_lo; ow < ow_hi; ++ow) {
         const Index w0 = adaptive_start(ow, g.W, g.OW), w1 = adaptive_end(ow, g.W, g.OW);
         const int64_t count = int64_t(h1 - h0) * int64_t(w1 - w0);
-        sum += convert<A>(grad[oh * g.OW + ow]) / static_cast<A>(count);
+        sum += convert<A>(dy[l.other.at(oh, ow)]) / static_cast<A>(count);
       }
     }
     dx[i] = convert<T>(sum);
   }
 }
 
-// Calls launch(T{}, Geo<Index>) with the dtype's element type and the narrowest index type.
+template <bool kValue>
+using Flag = std::integral_constant<bool, kValue>;
+
+// Calls launch(T{}, Geo<Index>, Flag<channels_last>) with the dtype's element type, the narrowest
+// index type and the layout.
 template <typename Launch>
 cudaError_t dispatch(DType dtype, const PoolGeometry& g, Launch&& launch) {
   const bool known = dispatch_floating_dtype(dtype, [&](auto tag) {
-    if (fits_int32(g)) launch(tag, narrow<int32_t>(g));
-    else launch(tag, narrow<int64_t>(g));
+    auto with_layout = [&](auto geo) {
+      if (g.channels_last) launch(tag, geo, Flag<true>{});
+      else launch(tag, geo, Flag<false>{});
+    };
+    if (fits_int32(g)) with_layout(narrow<int32_t>(g));
+    else with_layout(narrow<int64_t>(g));
   });
   if (!known) return cudaErrorInvalidValue;  // the front-end checked supports(): unreachable
   return cudaGetLastError();
@@ -268,23 +289,23 @@ cudaError_t launch_max_pool2d_forward(const void* x, void* y, int32_t* indices, 
                                       cudaStream_t stream) {
   const int64_t total = g.planes * g.OH * g.OW;
   if (total == 0) return cudaSuccess;
-  return dispatch(dtype, g, [&](auto tag, auto geo) {
+  return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
-    max_pool2d_forward_kernel<T, Index><<<blocks_for(total), kThreads, 0, stream>>>(
+    max_pool2d_forward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), indices, geo, total);
   });
 }
 
 cudaError_t launch_max_pool2d_backward(const void* dy, const int32_t* indices, void* dx, DType dtype,
                                        const PoolGeometry& g, cudaStream_t stream) {
-  if (g.planes * g.H * g.W == 0) return cudaSuccess;
-  return dispatch(dtype, g, [&](auto tag, auto geo) {
+  const int64_t total = g.planes * g.H * g.W;
+  if (total == 0) return cudaSuccess;
+  return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
-    max_pool2d_backward_kernel<T, Index><<<blocks_for(g.planes * 32), kThreads, 0, stream>>>(
-        static_cast<const T*>(dy), indices, static_cast<T*>(dx), g.planes, static_cast<Index>(g.H * g.W),
-        static_cast<Index>(g.OH * g.OW));
+    max_pool2d_backward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), indices, static_cast<T*>(dx), geo, total);
   });
 }
 
@@ -292,11 +313,11 @@ cudaError_t launch_avg_pool2d_forward(const void* x, void* y, DType dtype, const
                                       cudaStream_t stream) {
   const int64_t total = g.planes * g.OH * g.OW;
   if (total == 0) return cudaSuccess;
-  return dispatch(dtype, g, [&](auto tag, auto geo) {
+  return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
-    avg_pool2d_forward_kernel<T, Index><<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x),
-                                                                                   static_cast<T*>(y), geo, total);
+    avg_pool2d_forward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), geo, total);
   });
 }
 
@@ -304,11 +325,11 @@ cudaError_t launch_avg_pool2d_backward(const void* dy, void* dx, DType dtype, co
                                        cudaStream_t stream) {
   const int64_t total = g.planes * g.H * g.W;
   if (total == 0) return cudaSuccess;
-  return dispatch(dtype, g, [&](auto tag, auto geo) {
+  return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
-    avg_pool2d_backward_kernel<T, Index><<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(dy),
-                                                                                    static_cast<T*>(dx), geo, total);
+    avg_pool2d_backward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<T*>(dx), geo, total);
   });
 }
 
@@ -316,10 +337,10 @@ cudaError_t launch_adaptive_avg_pool2d_forward(const void* x, void* y, DType dty
                                                cudaStream_t stream) {
   const int64_t total = g.planes * g.OH * g.OW;
   if (total == 0) return cudaSuccess;
-  return dispatch(dtype, g, [&](auto tag, auto geo) {
+  return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
-    adaptive_avg_pool2d_forward_kernel<T, Index><<<blocks_for(total), kThreads, 0, stream>>>(
+    adaptive_avg_pool2d_forward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), geo, total);
   });
 }
@@ -328,10 +349,10 @@ cudaError_t launch_adaptive_avg_pool2d_backward(const void* dy, void* dx, DType 
                                                 cudaStream_t stream) {
   const int64_t total = g.planes * g.H * g.W;
   if (total == 0) return cudaSuccess;
-  return dispatch(dtype, g, [&](auto tag, auto geo) {
+  return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
-    adaptive_avg_pool2d_backward_kernel<T, Index><<<blocks_for(total), kThreads, 0, stream>>>(
+    adaptive_avg_pool2d_backward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(dy), static_cast<T*>(dx), geo, total);
   });
 }

@@ -78,14 +78,14 @@ class CudaPoolTest : public testing::GpuTest {
 
     const Tensor dy_cpu = values(y_shape, 11).to(dtype).to(cpu_dtype);
     Tensor dx_cpu = Tensor::empty(x_shape, cpu_dtype, cpu_);
-    cpu_.backend().max_pool2d_backward(dy_cpu, i_cpu, dx_cpu);
+    cpu_.backend().max_pool2d_backward(dy_cpu, i_cpu, dx_cpu, p);
     Tensor dx_gpu = full(x_shape, 123.0, dtype, gpu_);  // poisoned: every element must be written
-    gpu_.backend().max_pool2d_backward(dy_cpu.to(dtype).to(gpu_), i_gpu, dx_gpu);
+    gpu_.backend().max_pool2d_backward(dy_cpu.to(dtype).to(gpu_), i_gpu, dx_gpu, p);
     const bool exact = dtype == kFloat32 || dtype == kFloat64;
     expect_close(dx_gpu, dx_cpu, exact ? 0.0 : 1e-2, "max_pool2d dx");
     // Deterministic: a second run gives the same bits.
     Tensor dx_again = Tensor::empty(x_shape, dtype, gpu_);
-    gpu_.backend().max_pool2d_backward(dy_cpu.to(dtype).to(gpu_), i_gpu, dx_again);
+    gpu_.backend().max_pool2d_backward(dy_cpu.to(dtype).to(gpu_), i_gpu, dx_again, p);
     const Tensor a = dx_gpu.to(cpu_), b = dx_again.to(cpu_);
     EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << "max_pool2d_backward is not repeatable";
   }

@@ -185,6 +185,11 @@ TEST_F(ImageFolderTest, ModelInputIsNormalisedFloatNchw) {
           ASSERT_NEAR(v[((n * 3 + c) * 24 + y) * 24 + xx], expected, 1e-5) << n << c << y << xx;
         }
   EXPECT_THROW(data.model_input(x), Error);  // float input: not a uint8 batch
+  EXPECT_TRUE(x.is_contiguous());
+  // Channels-last (run.channels_last): the same values, NHWC in memory.
+  const Tensor cl = data.model_input(batch[kImages], MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.to_vector<float>(), x.to_vector<float>());
 }
 
 TEST_F(ImageFolderTest, MissingEmptyAndMismatchedFoldersAreClearErrors) {

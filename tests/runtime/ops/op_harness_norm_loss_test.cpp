@@ -44,7 +44,7 @@ std::vector<OpCase> norm_loss_cases() {
                        const size_t r = affine ? 3 : 1;
                        Tensor w = affine ? v[1] : Tensor(), b = affine ? v[2] : Tensor();
                        Tensor rm = running ? v[r] : Tensor(), rv = running ? v[r + 1] : Tensor();
-                       Tensor y = batch_norm(v[0], w, b, rm, rv, training, kMomentum, kEps);
+                       Tensor y = kept_format(v[0], batch_norm(v[0], w, b, rm, rv, training, kMomentum, kEps));
                        // The running statistics (updated in place when training) are compared too.
                        return running ? V{y, rm, rv} : V{y};
                      },
@@ -58,6 +58,12 @@ std::vector<OpCase> norm_loss_cases() {
   bn_case("batch_norm_eval_affine_4d", InputSpec("x", {4, 3, 5, 5}).transposed(), false, true, true);
   bn_case("batch_norm_eval_plain_2d", InputSpec("x", {9, 5}), false, false, true);
   bn_case("batch_norm_eval_affine_empty_batch", InputSpec("x", {0, 3, 4, 4}), false, true, true);
+  // Channels-last (NOTE [ Channels-last ]): the CPU's row kernels and CUDA's column kernels / cuDNN
+  // NHWC against NCHW float64. 40 channels: more than one 32-channel column tile.
+  bn_case("batch_norm_train_affine_running_channels_last", InputSpec("x", {3, 40, 5, 7}).channels_last(), true, true,
+          true);
+  bn_case("batch_norm_train_plain_channels_last_odd", InputSpec("x", {2, 3, 7, 9}).channels_last(), true, false, false);
+  bn_case("batch_norm_eval_affine_channels_last", InputSpec("x", {4, 5, 3, 3}).channels_last(), false, true, true);
 
   // ---- layer_norm ----
   const std::vector<Kernel> lk{Kernel::LayerNormForward, Kernel::LayerNormBackward};

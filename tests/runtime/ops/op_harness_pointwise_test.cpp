@@ -115,6 +115,10 @@ std::vector<OpCase> pointwise_cases() {
                    [](const V& v) { return V{sigmoid(v[0].expand({5, 33}))}; }});
   cases.push_back({"gelu_3x5x7", {Kernel::Unary, Kernel::UnaryBackward}, {InputSpec("x", {3, 5, 7}).range(-4, 4)},
                    [](const V& v) { return V{gelu(v[0])}; }});
+  // Channels-last operands (NOTE [ Channels-last ]): the kernels see [N, H, W, C] permutations.
+  cases.push_back({"relu_channels_last_2x5x3x7", {Kernel::Unary, Kernel::UnaryBackward},
+                   {InputSpec("x", {2, 5, 3, 7}).range(-2, 2).channels_last()},
+                   [](const V& v) { return V{kept_format(v[0], relu(v[0]))}; }});
 
   // ---- Binary with broadcasting and non-contiguous operands ----
   const std::vector<Kernel> bin{Kernel::Binary, Kernel::Reduce};  // gradients of broadcast operands reduce
@@ -125,6 +129,12 @@ std::vector<OpCase> pointwise_cases() {
                    [](const V& v) { return V{add(v[0], v[1])}; }});
   cases.push_back({"add_empty_0x3_0x3", bin, {InputSpec("a", {0, 3}), InputSpec("b", {0, 3})},
                    [](const V& v) { return V{add(v[0], v[1])}; }});
+  cases.push_back({"add_channels_last_residual_2x5x3x7", bin,
+                   {InputSpec("a", {2, 5, 3, 7}).channels_last(), InputSpec("b", {2, 5, 3, 7}).channels_last()},
+                   [](const V& v) { return V{kept_format(v[0], add(v[0], v[1]))}; }});
+  cases.push_back({"mul_channels_last_by_contiguous_and_channel_vector", bin,
+                   {InputSpec("a", {2, 5, 3, 7}).channels_last(), InputSpec("b", {2, 5, 3, 7}), InputSpec("c", {1, 5, 1, 1})},
+                   [](const V& v) { return V{kept_format(v[0], mul(mul(v[0], v[1]), v[2]))}; }});
   // CPU bug (NOTE [ Disabled cases ] in op_harness_test.cpp): a broadcast operand on an empty
   // output takes cpu::strided_loop, which divides by the zero outer size (SIGFPE).
   cases.push_back({"add_empty_broadcast_0x3_3", bin, {InputSpec("a", {0, 3}), InputSpec("b", {3})},
