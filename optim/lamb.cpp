@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "optim/adamw.h"
-#include "optim/clip_grad.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/backend.h"
+#include "runtime/ops/creation.h"
 
 namespace dp {
 
@@ -25,24 +25,36 @@ void LAMB::update(const DeviceStep& device) {
   struct Item {
     size_t g, i;
     Tensor param, grad, update;
-    bool adapt;
+    int64_t ratio_index;  // into the step's ratios; -1: not adapted (r = 1)
   };
   std::vector<Item> items;
-  std::vector<Tensor> grads, counters;
+  std::vector<Tensor> grads;
+  int64_t adapted = 0;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
     const bool adapt = groups_[g].adapt && groups_[g].weight_decay != 0;
-    items.push_back({g, i, param, grad, Tensor(), adapt});
+    items.push_back({g, i, param, grad, Tensor(), adapt ? adapted++ : -1});
     grads.push_back(grad);
   });
   if (items.empty()) return;
+  const Device dev = items.front().param.device();
+  for (const Item& it : items)
+    DP_CHECK(it.param.device() == dev, "LAMB: parameters on ", dev.str(), " and ", it.param.device().str(),
+             " (one device per optimiser)");
+  Backend& backend = dev.backend();
 
-  // Stage 0: the global gradient norm across all groups.
-  last_grad_norm_ = global_norm(grads);
-  const double divisor =
-      options_.max_grad_norm > 0 && last_grad_norm_ > options_.max_grad_norm ? last_grad_norm_ / options_.max_grad_norm
-                                                                             : 1.0;
+  // Stage 0: the global gradient norm N. clip_coefficient sums the squared norms in index order
+  // (as global_norm) and flags a non-finite N in found_inf; apex's divisor is taken from N where
+  // the kernels run (AdamParams::grad_norm). Its coefficient output is not used.
+  const Tensor grad_squares = Tensor::empty({static_cast<int64_t>(grads.size())}, kFloat64, dev);
+  backend.squared_norms(grads, grad_squares);
+  const Tensor norm_and_coef = Tensor::empty({2}, kFloat64, dev);
+  const Tensor found_inf = device.found_inf.defined() ? device.found_inf : zeros({}, kFloat32, dev);
+  backend.clip_coefficient(grad_squares, options_.max_grad_norm > 0 ? options_.max_grad_norm : 1.0, found_inf,
+                           norm_and_coef);
+  last_grad_norm_ = norm_and_coef.narrow(0, 0, 1);
+
   // Stage 1: moments and the update direction u.
-  std::vector<Tensor> to_norm;
+  std::vector<Tensor> to_norm, counters;
   for (Item& it : items) {
     AdamParams p;
     p.lr = groups_[it.g].lr;
@@ -50,34 +62,52 @@ void LAMB::update(const DeviceStep& device) {
     p.beta1 = options_.beta1;
     p.beta2 = options_.beta2;
     p.eps = options_.eps;
-    p.grad_divisor = divisor;
-    p.control = control_for(device, it.g, it.i);  // host-gated: only the step count is a device value
+    if (options_.max_grad_norm > 0) {
+      p.grad_norm = last_grad_norm_;
+      p.max_grad_norm = options_.max_grad_norm;
+    }
+    p.control = control_for(device, it.g, it.i);
     counters.push_back(p.control.step_count);
     const Tensor& m = zeroed_buffer(it.g, it.i, "exp_avg");
     const Tensor& v = zeroed_buffer(it.g, it.i, "exp_avg_sq");
-    it.update = Tensor::empty(it.param.shape(), it.param.dtype(), it.param.device());
-    it.param.device().backend().lamb_direction(it.param, it.grad, m, v, it.update, p);
-    if (it.adapt) {
+    it.update = Tensor::empty(it.param.shape(), it.param.dtype(), dev);
+    backend.lamb_direction(it.param, it.grad, m, v, it.update, p);
+    if (it.ratio_index >= 0) {
       to_norm.push_back(it.param);
       to_norm.push_back(it.update);
     }
   }
-  // Stage 2: ‖w‖ and ‖u‖ in one pass, then w ← w − lr·r·u.
-  const std::vector<double> sq = squared_norms(to_norm);
-  last_trust_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
-  size_t k = 0;
+  // Stage 2: ‖w‖ and ‖u‖ in one pass; r = ‖w‖ / ‖u‖ (1 when either is 0) is LARS's trust ratio
+  // with η = 1, λ = 0, ε = 0 — the same double arithmetic, bit for bit; then w ← w − lr·r·u.
+  last_ratios_ = Tensor();
+  if (adapted > 0) {
+    const Tensor sq = Tensor::empty({2 * adapted}, kFloat64, dev);
+    backend.squared_norms(to_norm, sq);
+    last_ratios_ = Tensor::empty({adapted}, kFloat64, dev);
+    backend.lars_trust_ratios(sq, /*weight_decay=*/0.0, /*eta=*/1.0, /*eps=*/0.0, last_ratios_);
+  }
+  last_ratio_index_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
   for (const Item& it : items) {
-    double ratio = 1.0;
-    if (it.adapt) {
-      const double w_norm = std::sqrt(sq[k]), u_norm = std::sqrt(sq[k + 1]);
-      k += 2;
-      if (w_norm != 0 && u_norm != 0) ratio = w_norm / u_norm;
+    last_ratio_index_[it.g][it.i] = static_cast<double>(it.ratio_index);
+    LambUpdateParams p;
+    p.lr = groups_[it.g].lr;
+    if (it.ratio_index >= 0) {
+      p.trust_ratios = last_ratios_;
+      p.trust_index = it.ratio_index;
     }
-    last_trust_[it.g][it.i] = ratio;
-    it.param.device().backend().axpby(-groups_[it.g].lr * ratio, it.update, 1.0, it.param);
+    p.control = control_for(device, it.g, it.i);
+    backend.lamb_update(it.param, it.update, p);
     it.param.bump_version();
   }
   count_applied(counters, device.found_inf);
+}
+
+double LAMB::last_grad_norm() const {
+  return last_grad_norm_.defined() ? last_grad_norm_.item<double>() : 0.0;  // reads the device
+}
+
+std::vector<std::vector<double>> LAMB::last_trust_ratios() const {
+  return trust_ratios_by_index(last_ratio_index_, last_ratios_);  // reads the device
 }
 
 }  // namespace dp

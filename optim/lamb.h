@@ -12,6 +12,10 @@
 // So where λ = 0 (e.g. excluded biases and norm weights) the step is a plain Adam step. Step
 // counts are per parameter, as torch's optimisers keep them (apex keeps one per group; they
 // differ only for a parameter that skips steps without a gradient).
+// Every value of a step stays on the parameters' device (NOTE [ Device-resident optimiser step ]):
+// N and apex's divisor, the moments and directions, ‖w‖ and ‖u‖, r — no host read, so a GPU step
+// never waits here. A non-finite N sets the step's found_inf: the step is skipped, as the loss
+// scaler skips one (without a caller's found_inf, N flows into the update as in apex).
 #pragma once
 
 #include "optim/optimizer.h"
@@ -33,11 +37,14 @@ class LAMB : public Optimizer {
   LAMB(std::vector<ParamGroup> groups, const LambOptions& options);
 
   std::string name() const override { return "lamb"; }
+  bool steps_on_device() const override { return true; }
   const LambOptions& options() const { return options_; }
-  // The global gradient norm N of the last step (before clipping).
-  double last_grad_norm() const { return last_grad_norm_; }
+  // The global gradient norm N of the last step (before clipping). Reads the device: for tests
+  // and logs.
+  double last_grad_norm() const;
   // The ratio r each parameter took in the last step; [group][param], NaN where no gradient.
-  const std::vector<std::vector<double>>& last_trust_ratios() const { return last_trust_; }
+  // Reads the device: for tests and logs.
+  std::vector<std::vector<double>> last_trust_ratios() const;
 
  protected:
   void update(const DeviceStep& device) override;
@@ -45,8 +52,9 @@ class LAMB : public Optimizer {
 
  private:
   LambOptions options_;
-  double last_grad_norm_ = 0;
-  std::vector<std::vector<double>> last_trust_;
+  Tensor last_grad_norm_;                               // float64 [] on the device
+  Tensor last_ratios_;                                  // float64 [adapted parameters]
+  std::vector<std::vector<double>> last_ratio_index_;  // into last_ratios_; -1: not adapted; NaN: no grad
 };
 
 }  // namespace dp

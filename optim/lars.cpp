@@ -94,13 +94,7 @@ void LARS::update(const DeviceStep& device) {
 }
 
 std::vector<std::vector<double>> LARS::last_trust_ratios() const {
-  std::vector<std::vector<double>> out = last_ratio_index_;
-  const std::vector<double> ratios =
-      last_ratios_.defined() ? last_ratios_.to_vector<double>() : std::vector<double>{};  // reads the device
-  for (auto& group : out)
-    for (double& v : group)
-      if (!std::isnan(v)) v = v < 0 ? 1.0 : ratios[static_cast<size_t>(v)];
-  return out;
+  return trust_ratios_by_index(last_ratio_index_, last_ratios_);  // reads the device
 }
 
 }  // namespace dp

@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include <charconv>
+#include <cmath>
 #include <unordered_set>
 
 #include "runtime/nn/module.h"
@@ -86,6 +87,15 @@ std::vector<std::vector<double>> Optimizer::per_parameter(double value) const {
   std::vector<std::vector<double>> out(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) out[g].assign(groups_[g].params.size(), value);
   return out;
+}
+
+std::vector<std::vector<double>> Optimizer::trust_ratios_by_index(std::vector<std::vector<double>> index,
+                                                                  const Tensor& ratios) {
+  const std::vector<double> r = ratios.defined() ? ratios.to_vector<double>() : std::vector<double>{};  // reads
+  for (auto& group : index)
+    for (double& v : group)
+      if (!std::isnan(v)) v = v < 0 ? 1.0 : r.at(static_cast<size_t>(v));
+  return index;
 }
 
 Tensor& Optimizer::zeroed_buffer(size_t group, size_t index, const std::string& buffer) {

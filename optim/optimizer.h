@@ -18,12 +18,12 @@
 // A mixed-precision step decides on the device whether it happens (the loss scaler's found_inf,
 // a non-finite clipping norm) and which lr it uses (a schedule whose clock does not advance on
 // skipped steps). step(DeviceStep) takes both as device tensors. Optimisers whose update is
-// entirely device kernels (SGD, AdamW, LARS: steps_on_device()) hand them to the kernels through
+// entirely device kernels (SGD, AdamW, LARS, LAMB: steps_on_device()) hand them to the kernels through
 // StepControl (backend.h): a kernel reads found_inf and writes nothing when it is set, reads the
 // lr and the parameter's step count, and the counts advance with count_steps(IfApplied) — the
-// host reads nothing and waits for nothing, so the step can be captured as a CUDA graph. The
-// others (LAMB, which needs its norms on the host, and Shampoo, whose roots are computed on the
-// host) read found_inf and lr on the host first: one device→host read per step on a GPU.
+// host reads nothing and waits for nothing, so the step can be captured as a CUDA graph. Shampoo,
+// whose roots are computed on the host, reads found_inf and lr on the host first: one device→host
+// read per step on a GPU.
 // A skipped step leaves weights, buffers and step counts bit-identical, on either path.
 #pragma once
 
@@ -128,6 +128,11 @@ class Optimizer {
   std::string describe_param(size_t group, size_t index) const;
   // One `value` per parameter, indexed [group][param] (per-parameter figures such as trust ratios).
   std::vector<std::vector<double>> per_parameter(double value) const;
+  // The trust ratios a step used, [group][param], from where each parameter's ratio is: `index`
+  // holds an index into `ratios` (float64 on the device, read here), -1 for ratio 1, NaN for no
+  // gradient (kept). For LARS's and LAMB's last_trust_ratios (tests and logs).
+  static std::vector<std::vector<double>> trust_ratios_by_index(std::vector<std::vector<double>> index,
+                                                                const Tensor& ratios);
 
   std::vector<ParamGroup> groups_;
 

@@ -40,6 +40,7 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::SgdUpdate: return "sgd_update";
     case Kernel::AdamwUpdate: return "adamw_update";
     case Kernel::LambDirection: return "lamb_direction";
+    case Kernel::LambUpdate: return "lamb_update";
     case Kernel::LarsUpdate: return "lars_update";
     case Kernel::LarsTrustRatios: return "lars_trust_ratios";
     case Kernel::SquaredNorms: return "squared_norms";

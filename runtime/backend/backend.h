@@ -50,7 +50,7 @@ enum class Kernel : uint8_t {
   SoftmaxForward, SoftmaxBackward, AttentionSoftmaxForward, AttentionSoftmaxBackward,
   CrossEntropyForward, CrossEntropyBackward,
   EmbeddingForward, EmbeddingBackward,
-  SgdUpdate, AdamwUpdate, LambDirection, LarsUpdate, LarsTrustRatios, SquaredNorms,
+  SgdUpdate, AdamwUpdate, LambDirection, LambUpdate, LarsUpdate, LarsTrustRatios, SquaredNorms,
   AmpUnscaleAndCheck, AmpUpdateScale,
   CountSteps, LrLookup, ClipCoefficient, ScaleBy,
   kCount
@@ -116,7 +116,23 @@ struct AdamParams {
   double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   int64_t step = 1;          // this parameter's update count, 1-based (bias correction)
   double grad_divisor = 1;   // the gradient is used as g / grad_divisor (LAMB's global clipping)
+  // LAMB's global clipping decided on the device: when defined, float64 [] on the parameter's
+  // device holding the global gradient norm N, and the divisor is apex's N / max_grad_norm when
+  // N > max_grad_norm, else 1 — computed in double where the kernel runs — instead of grad_divisor.
+  Tensor grad_norm;
+  double max_grad_norm = 0;
   StepControl control;       // control.step_count, when given, replaces `step` (count + 1)
+};
+
+// LAMB's second stage (lamb_update): the trust ratio from the host or, when trust_ratios is
+// defined, trust_ratios[trust_index] (float64 on the parameter's device, e.g. written by
+// lars_trust_ratios); found_inf and lr from the control (step_count unused).
+struct LambUpdateParams {
+  double lr = 0;
+  double trust = 1;
+  Tensor trust_ratios;
+  int64_t trust_index = 0;
+  StepControl control;
 };
 
 struct LarsParams {
@@ -310,6 +326,12 @@ class Backend {
   virtual void lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                               const Tensor& exp_avg_sq, const Tensor& update,
                               const AdamParams& p) { unsupported("lamb_direction"); }
+  // LAMB's second stage: param −= T(lr·trust)·update, one fused multiply-add per element (what
+  // axpby(−lr·trust, update, 1, param) rounds to); nothing when found_inf is set. param and update:
+  // same numel, contiguous, one dtype.
+  virtual void lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& p) {
+    unsupported("lamb_update");
+  }
   // LARS with the trust ratio given, d = g + wd·p:
   //   lr inside (MLPerf reference):  buf = momentum·buf − lr·trust·d;  p += buf
   //   lr outside (torch-SGD style):  buf = momentum·buf + trust·d;     p −= lr·buf

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
+#include "optim/clip_grad.h"
 #include "optim/lamb.h"
+#include "runtime/ops/elementwise.h"
 #include "optim_harness.h"
 
 namespace dp {
@@ -174,6 +177,76 @@ TEST_F(LambGolden, GlobalClippingDividesEveryGradient) {
   const std::vector<double> a = w.to_vector<double>(), b = w2.to_vector<double>();
   EXPECT_NEAR(a[0], b[0], 1e-15);
   EXPECT_NEAR(a[1], b[1], 1e-15);
+}
+
+// LAMB's step runs on the device (N, apex's divisor and the trust ratios never reach the host);
+// it is the step the host used to compute from the same kernels — global_norm on the host, the
+// divisor and ratios in double there, axpby(−lr·r, u, 1, w) — bit for bit, clipped or not.
+TEST(LambDeviceStep, IsTheHostComputedStepBitForBit) {
+  CpuBackend backend{2};
+  const Device cpu{&backend};
+  for (const double max_grad_norm : {1.0, 0.0}) {
+    Generator gen(3);
+    std::vector<Tensor> a, b;
+    for (const Shape& s : {Shape{40, 30}, Shape{30}, Shape{7, 5}}) {
+      const Tensor t = randn(s, gen, kFloat32, cpu);
+      a.push_back(t.clone().set_requires_grad(true));
+      b.push_back(t.clone().set_requires_grad(true));
+    }
+    const LambOptions o{.lr = 0.02, .weight_decay = 0.01, .max_grad_norm = max_grad_norm};
+    std::vector<ParamGroup> groups = {{{a[0], a[2]}, 0.02, 0.01, true}, {{a[1]}, 0.02, 0.0, false}};
+    LAMB lamb(groups, o);
+    std::vector<Tensor> m, v;
+    for (const Tensor& p : b) m.push_back(zeros(p.shape(), kFloat32, cpu)), v.push_back(zeros(p.shape(), kFloat32, cpu));
+    for (int step = 1; step <= 4; ++step) {
+      std::vector<Tensor> grads;
+      for (size_t k = 0; k < a.size(); ++k) grads.push_back(mul(randn(a[k].shape(), gen, kFloat32, cpu), 3.0));
+      for (size_t k = 0; k < a.size(); ++k) a[k].set_grad(grads[k].clone());
+      lamb.step();
+      // The host-computed step (the implementation before this one).
+      const double n = global_norm({grads[0], grads[2], grads[1]});  // in the groups' order, as LAMB sums
+      const double divisor = max_grad_norm > 0 && n > max_grad_norm ? n / max_grad_norm : 1.0;
+      for (size_t k : {0u, 2u, 1u}) {  // group order: a[0], a[2], then a[1]
+        AdamParams p;
+        p.lr = 0.02;
+        p.weight_decay = k == 1 ? 0.0 : 0.01;
+        p.step = step;
+        p.eps = o.eps;
+        p.grad_divisor = divisor;
+        Tensor u = Tensor::empty(b[k].shape(), kFloat32, cpu);
+        backend.lamb_direction(b[k].detach(), grads[k], m[k], v[k], u, p);
+        double r = 1.0;
+        if (k != 1) {
+          const std::vector<double> sq = squared_norms({b[k].detach(), u});
+          const double wn = std::sqrt(sq[0]), un = std::sqrt(sq[1]);
+          if (wn != 0 && un != 0) r = wn / un;
+        }
+        backend.axpby(-0.02 * r, u, 1.0, b[k].detach());
+      }
+      for (size_t k = 0; k < a.size(); ++k)
+        ASSERT_EQ(a[k].to_vector<float>(), b[k].to_vector<float>()) << "step " << step << " tensor " << k
+                                                                      << " max_grad_norm " << max_grad_norm;
+    }
+  }
+}
+
+// A non-finite global norm skips the whole step through found_inf (weights and moments unchanged,
+// step counts not advanced), as the loss scaler's verdict does.
+TEST(LambDeviceStep, ANonFiniteGradientNormSkipsTheStep) {
+  CpuBackend backend{1};
+  const Device cpu{&backend};
+  Tensor w = from_vector<double>({3, 4}, {2}, cpu).set_requires_grad(true);
+  Tensor u = from_vector<double>({1, 2, 3}, {3}, cpu).set_requires_grad(true);
+  LAMB lamb({w, u}, {.lr = 0.01});
+  w.set_grad(from_vector<double>({0.3, -0.4}, {2}, cpu));
+  u.set_grad(from_vector<double>({0.1, std::numeric_limits<double>::infinity(), 0.2}, {3}, cpu));
+  const Tensor found_inf = zeros({}, kFloat32, cpu);
+  lamb.step(DeviceStep{found_inf, Tensor()});
+  EXPECT_EQ(found_inf.item<float>(), 1.0f);
+  EXPECT_EQ(w.to_vector<double>(), (std::vector<double>{3, 4}));
+  EXPECT_EQ(u.to_vector<double>(), (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(lamb.step_count(0, 0), 0);
+  EXPECT_EQ(lamb.state_buffer(0, 0, "exp_avg").to_vector<double>(), (std::vector<double>{0, 0}));
 }
 
 }  // namespace

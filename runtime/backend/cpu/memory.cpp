@@ -38,8 +38,8 @@ bool CpuBackend::supports(Kernel kernel, DType dtype) const {
       return dtype == kFloat32 || dtype == kFloat64;
     // Optimiser state, norms and loss scaling stay float32/float64 (master weights), softmax and
     // cross-entropy run in float32 under autocast, embeddings keep their float32 tables.
-    case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:
-    case Kernel::LarsTrustRatios: case Kernel::SquaredNorms: case Kernel::AmpUnscaleAndCheck:
+    case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LambUpdate:
+    case Kernel::LarsUpdate: case Kernel::LarsTrustRatios: case Kernel::SquaredNorms: case Kernel::AmpUnscaleAndCheck:
     case Kernel::SoftmaxForward: case Kernel::SoftmaxBackward: case Kernel::CrossEntropyForward:
     case Kernel::CrossEntropyBackward: case Kernel::EmbeddingForward: case Kernel::EmbeddingBackward:
       return dtype == kFloat32 || dtype == kFloat64;

@@ -41,14 +41,31 @@ ControlValues read_control(const char* op, const StepControl& c, double host_lr)
   return v;
 }
 
-// AdamParams with the control's lr and step in place of the host ones; nullopt-like skip flag.
+// AdamParams with the control's lr and step, and LAMB's device-decided divisor, in place of the
+// host ones; nullopt-like skip flag.
 AdamParams resolve_adam(const char* op, const AdamParams& p, bool& skip) {
   const ControlValues v = read_control(op, p.control, p.lr);
   skip = v.skip;
   AdamParams q = p;
   q.lr = v.lr;
   if (v.step_count >= 0) q.step = v.step_count + 1;
+  if (p.grad_norm.defined()) {
+    check_control_scalar(op, "grad_norm", p.grad_norm, kFloat64);
+    DP_CHECK(p.max_grad_norm > 0, op, ": grad_norm needs max_grad_norm > 0, got ", p.max_grad_norm);
+    const double norm = *p.grad_norm.data<double>();
+    q.grad_divisor = norm > p.max_grad_norm ? norm / p.max_grad_norm : 1.0;  // apex's global clipping
+  }
   return q;
+}
+
+// The trust ratio an update uses: the host's, or the one a kernel left in trust_ratios.
+double trust_of(const char* op, double trust, const Tensor& trust_ratios, int64_t index) {
+  if (!trust_ratios.defined()) return trust;
+  DP_CHECK(trust_ratios.dtype() == kFloat64 && trust_ratios.is_contiguous() && trust_ratios.device().is_cpu() &&
+               index >= 0 && index < trust_ratios.numel(),
+           op, ": trust_ratios must be contiguous float64 on the CPU holding index ", index, ", got ",
+           trust_ratios.str());
+  return trust_ratios.data<double>()[index];
 }
 
 }  // namespace
@@ -200,6 +217,25 @@ void CpuBackend::lamb_direction(const Tensor& param, const Tensor& grad, const T
   });
 }
 
+void CpuBackend::lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& params) {
+  check_flat("lamb_update", param, {&update});
+  const ControlValues control = read_control("lamb_update", params.control, params.lr);
+  if (control.skip) return;
+  const double trust = trust_of("lamb_update", params.trust, params.trust_ratios, params.trust_index);
+  dispatch_floating(param.dtype(), "lamb_update", [&](auto tag) {
+    using T = decltype(tag);
+    T* const w = param.data<T>();
+    const T* const u = update.data<T>();
+    const T scaled_lr = T(control.lr * trust);
+    parallel_range(param.numel(), num_threads_, [&](int64_t begin, int64_t end) {
+      T* __restrict wp = w;  // locals (see parallel_range): the loop vectorises
+      const T* __restrict up = u;
+      const T s = scaled_lr;
+      for (int64_t i = begin; i < end; ++i) wp[i] = wp[i] - s * up[i];  // fma(−s, u, w): axpby's rounding
+    });
+  });
+}
+
 void CpuBackend::lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                              const LarsParams& params) {
   check_flat("lars_update", param, {&grad, &momentum_buf});
@@ -212,7 +248,7 @@ void CpuBackend::lars_update(const Tensor& param, const Tensor& grad, const Tens
     T* const w = param.data<T>();
     const T* const g = grad.data<T>();
     T* const buf = momentum_buf.data<T>();
-    const double trust_ratio = p.trust_ratios.defined() ? p.trust_ratios.data<double>()[p.trust_index] : p.trust;
+    const double trust_ratio = trust_of("lars_update", p.trust, p.trust_ratios, p.trust_index);
     const T wd = T(p.weight_decay), mom = T(p.momentum), lr = T(p.lr), trust = T(trust_ratio);
     const T scaled_lr = T(p.lr * trust_ratio);
     const bool lr_outside_momentum = p.lr_outside_momentum;

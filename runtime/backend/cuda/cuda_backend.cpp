@@ -107,8 +107,8 @@ bool CudaBackend::supports(Kernel kernel, DType dtype) const {
       return dtype == kFloat32 || dtype == kFloat64;
     // Optimiser state and norms stay in float32/float64 (master weights; mixed precision keeps
     // parameters in float32).
-    case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LarsUpdate:
-    case Kernel::LarsTrustRatios: case Kernel::SquaredNorms:
+    case Kernel::SgdUpdate: case Kernel::AdamwUpdate: case Kernel::LambDirection: case Kernel::LambUpdate:
+    case Kernel::LarsUpdate: case Kernel::LarsTrustRatios: case Kernel::SquaredNorms:
       return dtype == kFloat32 || dtype == kFloat64;
     default: return floating;  // every other kernel: float32, float64, float16, bfloat16
   }

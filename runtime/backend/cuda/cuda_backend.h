@@ -219,6 +219,7 @@ class CudaBackend final : public Backend {
                     const AdamParams& p) override;
   void lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                       const Tensor& update, const AdamParams& p) override;
+  void lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& p) override;
   void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                    const LarsParams& p) override;
   void lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,

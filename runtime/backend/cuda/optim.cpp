@@ -72,6 +72,15 @@ AdamScalars adam_scalars(const AdamParams& p) {
   return s;
 }
 
+// The device pointer of trust_ratios[index] (float64 on this device), checked.
+const double* device_trust_of(const CudaBackend& backend, const char* op, const Tensor& trust_ratios, int64_t index) {
+  backend.check_operand(op, trust_ratios);
+  DP_CHECK(trust_ratios.dtype() == kFloat64 && trust_ratios.is_contiguous() && index >= 0 &&
+               index < trust_ratios.numel(),
+           op, ": trust_ratios must be contiguous float64 holding index ", index, ", got ", trust_ratios.str());
+  return trust_ratios.data<double>() + index;
+}
+
 }  // namespace
 
 void CudaBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p) {
@@ -125,12 +134,36 @@ void CudaBackend::lamb_direction(const Tensor& param, const Tensor& grad, const 
   DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
   AdamScalars s = adam_scalars(p);
   s.control = device_control(*this, "lamb_direction", p.control);
+  if (p.grad_norm.defined()) {  // apex's divisor from the norm on the device
+    check_operand("lamb_direction", p.grad_norm);
+    DP_CHECK(p.grad_norm.dtype() == kFloat64 && p.grad_norm.numel() == 1 && p.max_grad_norm > 0,
+             "lamb_direction: grad_norm must be one float64 with max_grad_norm > 0, got ", p.grad_norm.str(),
+             " and ", p.max_grad_norm);
+    s.grad_norm = p.grad_norm.data<double>();
+    s.max_grad_norm = p.max_grad_norm;
+  }
   if (param.numel() == 0) return;
   activate();
   DP_CUDA_CHECK(device_,
                 launch_lamb_direction(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
                                       update.raw_data(), param.dtype(), param.numel(), s, stream_),
                 "lamb_direction ", param.str());
+}
+
+void CudaBackend::lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& p) {
+  for (const Tensor* t : {&param, &update}) check_operand("lamb_update", *t);
+  check_supported(Kernel::LambUpdate, param.dtype());
+  check_flat("lamb_update", param, {&update});
+  if (param.numel() == 0) return;
+  activate();
+  LambUpdateScalars s;
+  s.lr = p.lr;
+  s.trust = p.trust;
+  if (p.trust_ratios.defined()) s.device_trust = device_trust_of(*this, "lamb_update", p.trust_ratios, p.trust_index);
+  s.control = device_control(*this, "lamb_update", p.control);
+  DP_CUDA_CHECK(device_,
+                launch_lamb_update(param.raw_data(), update.raw_data(), param.dtype(), param.numel(), s, stream_),
+                "lamb_update ", param.str());
 }
 
 void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
@@ -145,14 +178,8 @@ void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Ten
   s.momentum = p.momentum;
   s.weight_decay = p.weight_decay;
   s.trust = p.trust;
-  if (p.trust_ratios.defined()) {  // the ratio lars_trust_ratios left on the device
-    check_operand("lars_update", p.trust_ratios);
-    DP_CHECK(p.trust_ratios.dtype() == kFloat64 && p.trust_ratios.is_contiguous() && p.trust_index >= 0 &&
-                 p.trust_index < p.trust_ratios.numel(),
-             "lars_update: trust_ratios must be contiguous float64 holding index ", p.trust_index, ", got ",
-             p.trust_ratios.str());
-    s.device_trust = p.trust_ratios.data<double>() + p.trust_index;
-  }
+  if (p.trust_ratios.defined())  // the ratio lars_trust_ratios left on the device
+    s.device_trust = device_trust_of(*this, "lars_update", p.trust_ratios, p.trust_index);
   s.lr_outside_momentum = p.lr_outside_momentum;
   s.control = device_control(*this, "lars_update", p.control);
   DP_CUDA_CHECK(device_,

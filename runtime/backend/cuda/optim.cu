@@ -249,6 +249,10 @@ struct LambOp {
   __device__ __forceinline__ LambOp prepared() const {
     LambOp o = *this;
     refresh_from_control(o.c, s);
+    if (s.grad_norm != nullptr) {  // apex's global clipping, decided on the device
+      const double norm = *s.grad_norm;
+      o.c.divisor = T(norm > s.max_grad_norm ? __ddiv_rn(norm, s.max_grad_norm) : 1.0);
+    }
     return o;
   }
   __device__ __forceinline__ void operator()(T (&x)[5]) const {
@@ -260,6 +264,36 @@ struct LambOp {
     const T direction = rn::div(rn::div(m, c.bc1), rn::add(rn::sqrt(rn::div(v, c.bc2)), c.eps));
     x[4] = rn::fma(c.wd, x[0], direction);
   }
+};
+
+// The lr and trust ratio of a trust-ratio update (LAMB's second stage, LARS): the host's, or
+// the device's where the control's lr or a device trust ratio is given.
+struct LrTrust {
+  double lr, trust;
+};
+__device__ __forceinline__ LrTrust lr_and_trust(double lr, double trust, const double* device_trust,
+                                                const DeviceControl& control) {
+  return {control.lr != nullptr ? __dmul_rn(*control.lr, control.lr_scale) : lr,
+          device_trust != nullptr ? *device_trust : trust};
+}
+
+// lamb_update: slots 0 = param (T [n], read/written), 1 = update (T [n], read).
+//   p = p − T(lr·trust)·u, one rounding (the CPU's contracted p − s·u)
+// device_trust and control.lr, when set, replace the host trust and lr (read once per thread).
+template <typename T>
+struct LambUpdateOp {
+  T scaled_lr;
+  double lr, trust;
+  const double* device_trust;
+  DeviceControl control;
+  __device__ __forceinline__ LambUpdateOp prepared() const {
+    LambUpdateOp o = *this;
+    if (device_trust == nullptr && control.lr == nullptr) return o;
+    const LrTrust v = lr_and_trust(lr, trust, device_trust, control);
+    o.scaled_lr = T(__dmul_rn(v.lr, v.trust));
+    return o;
+  }
+  __device__ __forceinline__ void operator()(T (&x)[2]) const { x[0] = rn::fma(-scaled_lr, x[1], x[0]); }
 };
 
 // ---- LARS -------------------------------------------------------------------------------------
@@ -278,11 +312,10 @@ struct LarsOp {
   __device__ __forceinline__ LarsOp prepared() const {
     LarsOp o = *this;
     if (device_trust == nullptr && control.lr == nullptr) return o;
-    const double t = device_trust != nullptr ? *device_trust : trust_double;
-    const double lr_now = control.lr != nullptr ? __dmul_rn(*control.lr, control.lr_scale) : lr_double;
-    o.trust = T(t);
-    o.lr = T(lr_now);
-    o.scaled_lr = T(__dmul_rn(lr_now, t));
+    const LrTrust v = lr_and_trust(lr_double, trust_double, device_trust, control);
+    o.trust = T(v.trust);
+    o.lr = T(v.lr);
+    o.scaled_lr = T(__dmul_rn(v.lr, v.trust));
     return o;
   }
   __device__ __forceinline__ void operator()(T (&x)[3]) const {
@@ -512,6 +545,16 @@ cudaError_t launch_lamb_direction(const void* param, const void* grad, void* exp
                               static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), static_cast<T*>(update)}};
     return launch_fused<T, 5, 0b01111u, 0b11100u>(bufs, numel, LambOp<T>{adam_constants<T>(s), s}, stream,
                                                   s.control.found_inf);
+  });
+}
+
+cudaError_t launch_lamb_update(void* param, const void* update, DType dtype, int64_t numel,
+                               const LambUpdateScalars& s, cudaStream_t stream) {
+  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    const Buffers<T, 2> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(update))}};
+    const LambUpdateOp<T> op{T(s.lr * s.trust), s.lr, s.trust, s.device_trust, s.control};  // lr·trust in double
+    return launch_fused<T, 2, 0b11u, 0b01u>(bufs, numel, op, stream, s.control.found_inf);
   });
 }
 

@@ -74,6 +74,11 @@ struct AdamScalars {
   double lr = 0;
   int64_t step = 1;
   DeviceControl control;
+  // LAMB's global clipping decided on the device (backend.h, AdamParams::grad_norm): when not
+  // null, the kernel's divisor is *grad_norm / max_grad_norm when that norm exceeds
+  // max_grad_norm, else 1, in double, instead of `divisor`.
+  const double* grad_norm = nullptr;
+  double max_grad_norm = 0;
 };
 
 // torch.optim.AdamW: param, exp_avg, exp_avg_sq updated in place; grad read.
@@ -84,6 +89,18 @@ cudaError_t launch_adamw_update(void* param, const void* grad, void* exp_avg, vo
 cudaError_t launch_lamb_direction(const void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                                   void* update, DType dtype, int64_t numel, const AdamScalars& s,
                                   cudaStream_t stream);
+
+// LAMB's second stage (backend.h, lamb_update): param −= T(lr·trust)·update as one fused
+// multiply-add per element, the trust from `device_trust` when not null (as LarsScalars), lr and
+// found_inf from the control.
+struct LambUpdateScalars {
+  double lr = 0;
+  double trust = 1;
+  const double* device_trust = nullptr;
+  DeviceControl control;  // step_count unused
+};
+cudaError_t launch_lamb_update(void* param, const void* update, DType dtype, int64_t numel,
+                               const LambUpdateScalars& s, cudaStream_t stream);
 
 // LARS with the trust ratio given (backend.h, lars_update). The ratio is `trust` or, when
 // `device_trust` is not null, the float64 it points to in device memory (one element, e.g. an

@@ -269,6 +269,28 @@ TEST_F(OptimCudaTest, UpdatesAreBitIdenticalToTheReferenceCpuBuild) {
         expect_bit_identical("lamb_direction" + what + " update", u);
       }
       {
+        // LAMB's device step: apex's divisor from a norm on each device, then lamb_update with a
+        // trust ratio read there.
+        Buffer w = buffer(n, offset, dtype, 62), g = buffer(n, offset, dtype, 63);
+        Buffer m = buffer(n, offset, dtype, 64), v = buffer(n, offset, dtype, 65, true), u = buffer(n, offset, dtype, 66);
+        AdamParams p;
+        p.lr = 1e-2, p.weight_decay = 0.01, p.step = 3, p.max_grad_norm = 1.5;
+        const Tensor norm_cpu = scalar_tensor(7.25, kFloat64, cpu_), norm_gpu = norm_cpu.to(gpu_);
+        p.grad_norm = norm_cpu;
+        cpu_backend().lamb_direction(w.cpu, g.cpu, m.cpu, v.cpu, u.cpu, p);
+        p.grad_norm = norm_gpu;
+        gpu_backend().lamb_direction(w.gpu, g.gpu, m.gpu, v.gpu, u.gpu, p);
+        expect_bit_identical("lamb_direction (device divisor)" + what + " update", u);
+        LambUpdateParams q;
+        q.lr = 0.02;
+        const Tensor ratio_cpu = scalar_tensor(1.7, kFloat64, cpu_).reshape({1}), ratio_gpu = ratio_cpu.to(gpu_);
+        q.trust_ratios = ratio_cpu;
+        cpu_backend().lamb_update(w.cpu, u.cpu, q);
+        q.trust_ratios = ratio_gpu;
+        gpu_backend().lamb_update(w.gpu, u.gpu, q);
+        expect_bit_identical("lamb_update" + what + " param", w);
+      }
+      {
         Buffer w = buffer(n, offset, dtype, 59), g = buffer(n, offset, dtype, 60), buf = buffer(n, offset, dtype, 61);
         LarsParams p;
         p.lr = 0.3, p.momentum = 0.9, p.weight_decay = 1e-4, p.trust = 0.37;
@@ -290,6 +312,7 @@ TEST_F(OptimCudaTest, EmptyUpdatesQueueNothing) {
     AdamParams ap;
     gpu_backend().adamw_update(e, e, e, e, ap);
     gpu_backend().lamb_direction(e, e, e, e, e, ap);
+    gpu_backend().lamb_update(e, e, LambUpdateParams{});
     gpu_backend().lars_update(e, e, e, LarsParams{});
   }
   gpu_backend().synchronize();

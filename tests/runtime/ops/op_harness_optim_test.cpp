@@ -1,7 +1,8 @@
 // Op harness table: the fused optimiser kernels, called as optim/*.cpp call them, compared
 // forward-only on the updated buffers (sgd_update with nesterov/dampening/first_step,
 // adamw_update, lamb_direction, lars_update in both forms and with device trust ratios from
-// lars_trust_ratios, squared_norms over several tensors), and the loss-scaling pair
+// lars_trust_ratios, LAMB's device step with lamb_update, squared_norms over several tensors), and
+// the loss-scaling pair
 // (amp_unscale_and_check, amp_update_scale).
 #include <cmath>
 #include <limits>
@@ -111,6 +112,47 @@ std::vector<OpCase> optimizer_cases() {
                        be.lars_update(v[3 * k], v[3 * k + 1], v[3 * k + 2], p);
                      }
                      return V{ratios, v[0], v[2], v[3], v[5]};
+                   },
+                   false});
+
+  // ---- LAMB::step's device path: the global norm (clip_coefficient) decides apex's divisor in
+  // lamb_direction, ‖w‖/‖u‖ come from lars_trust_ratios (η 1, λ 0, ε 0), lamb_update applies
+  // w −= lr·r·u; parameter a adapted, b not (r = 1). The gradients' norm (~15) exceeds
+  // max_grad_norm 2, so the divisor is in play. ----
+  cases.push_back({"lamb_device_step_257_33",
+                   {Kernel::SquaredNorms, Kernel::ClipCoefficient, Kernel::LambDirection, Kernel::LarsTrustRatios,
+                    Kernel::LambUpdate},
+                   {buffer("a", 257), buffer("grad_a", 257), buffer("m_a", 257, -0.1, 0.1),
+                    buffer("v_a", 257, 1e-4, 1e-2), buffer("b", 33), buffer("grad_b", 33), buffer("m_b", 33, -0.1, 0.1),
+                    buffer("v_b", 33, 1e-4, 1e-2)},
+                   [](const V& v) {
+                     Backend& be = v[0].device().backend();
+                     const Device d = v[0].device();
+                     Tensor grad_sq = Tensor::empty({2}, kFloat64, d), clip = Tensor::empty({2}, kFloat64, d);
+                     be.squared_norms({v[1], v[5]}, grad_sq);
+                     Tensor found = Tensor::empty({}, kFloat32, d);
+                     found.fill_(0.0);
+                     be.clip_coefficient(grad_sq, 2.0, found, clip);
+                     V updates;
+                     for (int k = 0; k < 2; ++k) {
+                       AdamParams p;
+                       p.lr = 0.01;
+                       p.weight_decay = k == 0 ? 0.01 : 0.0;
+                       p.step = 3;
+                       p.grad_norm = clip.narrow(0, 0, 1);
+                       p.max_grad_norm = 2.0;
+                       updates.push_back(Tensor::empty(v[4 * k].shape(), v[4 * k].dtype(), d));
+                       be.lamb_direction(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3], updates[k], p);
+                     }
+                     Tensor sq = Tensor::empty({2}, kFloat64, d), ratio = Tensor::empty({1}, kFloat64, d);
+                     be.squared_norms({v[0], updates[0]}, sq);
+                     be.lars_trust_ratios(sq, 0.0, 1.0, 0.0, ratio);
+                     LambUpdateParams pa, pb;
+                     pa.lr = pb.lr = 0.01;
+                     pa.trust_ratios = ratio;
+                     be.lamb_update(v[0], updates[0], pa);
+                     be.lamb_update(v[4], updates[1], pb);
+                     return V{clip.narrow(0, 0, 1), ratio, updates[0], updates[1], v[0], v[2], v[4], v[7]};
                    },
                    false});
 
