@@ -9,5 +9,5 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 bash tests/sanitizers/run.sh address
 bash tests/sanitizers/run.sh thread
-bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-60}"
+bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-30}"
 echo "standing checks: all clean in $((SECONDS - start)) s"

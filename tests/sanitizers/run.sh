@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds dptrain with a sanitizer and runs tests under it: the standing checks of issue 10.
-#   tests/sanitizers/run.sh address   ASan + UBSan, the whole suite, in build-asan/
+#   tests/sanitizers/run.sh address   ASan + UBSan, the whole suite, in build-asan/ (each test
+#                                     program in a few gtest shards: tests/CMakeLists.txt)
 #   tests/sanitizers/run.sh thread    TSan, the comm and data-loader tests and 2-rank dptrain
-#                                     runs, in build-tsan/
+#                                     runs, in build-tsan/ (only those test sources are built)
 # Host code only (CUDA off; GPU tests skip anyway without a GPU); -O1 (DPTRAIN_SANITIZE in
 # CMakeLists.txt). Any report fails the test that made it: UBSan and TSan halt on the first
 # report, ASan always does. Suppressions (tests/sanitizers/*.supp) cover only libraries we do

@@ -1,5 +1,5 @@
-// float16/bfloat16 ↔ float32 conversion of whole runs, vectorised (AVX-512 where the build has
-// it), and blocked loops that let float16/bfloat16 kernels run their float32 inner loop.
+// float16/bfloat16 ↔ float32 conversion of whole runs, vectorised (AVX-512, or AVX2 with F16C,
+// where the build has it), and blocked loops that let float16/bfloat16 kernels run their float32 inner loop.
 //
 // NOTE [ Low-precision element-wise kernels on the CPU ]
 // Converting one Eigen::half/bfloat16 at a time inside a kernel's loop keeps the loop scalar
