@@ -346,6 +346,7 @@ test_on_device() {
 #   nccl_tests comm_nccl_tests with one rank (MPI singleton on the carried Open MPI)
 #   train      dptrain --config configs/fashion_mnist.yaml --set run.device=cuda: 3 epochs, ≥ 89.5 %
 #   bench      train_step_bench --device cuda --tf32 and torch_gpu_step.py, then the ratio table
+#   rn50       ResNet-50 224x224 b128 channels-last in fp32/TF32, bf16 and fp16, both sides, its table
 #   bert       bert_step_bench and bench/bert_reference.py --device cuda --precision bf16 (BERT tiny to
 #              large, the large at sequence 512), then their ratio table
 #   packing    dptrain configs/bert_tiny.yaml on the GPU in bf16: fixed batches, max_tokens, packed;
@@ -572,6 +573,32 @@ bench_step() {
   record_pair bench "$t0" "$rc" "$trc" "$STAGE/bench_dptrain.log" "$STAGE/bench_torch.log"
 }
 
+# ResNet-50 at 224x224, batch 128, channels-last (the MLPerf recipe's per-GPU shape): float32 with
+# TF32, and bf16 and fp16 autocast, next to PyTorch eager in the same settings (issues 9 and 11).
+rn50_step() {
+  local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/train_step_bench" precision
+  local args=(--only resnet50_224_b128 --warmup "${RN50_WARMUP:-10}" --iters "${RN50_ITERS:-10}" --block "${RN50_BLOCK:-5}")
+  : >"$STAGE/rn50_dptrain.log"
+  if [[ -x "$bin" ]]; then
+    for precision in fp32 bf16 fp16; do
+      limited "$STAGE/rn50_dptrain_$precision.log" 60 "${CARRIED[@]}" "$bin" --device cuda --tf32 \
+        --memory-format channels_last --precision "$precision" "${args[@]}" || rc=$((rc ? rc : $?))
+      cat "$STAGE/rn50_dptrain_$precision.log" >>"$STAGE/rn50_dptrain.log"
+      rm -f "$STAGE/rn50_dptrain_$precision.log"
+    done
+  else
+    echo "train_step_bench is not in the bundle" >"$STAGE/rn50_dptrain.log"; rc=1
+  fi
+  grep '^{' "$STAGE/rn50_dptrain.log" >"$STAGE/bench_rn50_dptrain.jsonl" || true
+  limited "$STAGE/rn50_torch.log" 120 env PYTHONUNBUFFERED=1 python3 "$GPU_DIR/torch_gpu_step.py" "${args[@]}" \
+    --formats channels_last --precisions fp32,bf16,fp16 || trc=$?
+  grep '^{' "$STAGE/rn50_torch.log" >"$STAGE/bench_rn50_torch.jsonl" || true
+  python3 "$GPU_DIR/torch_gpu_step.py" table --dptrain "$STAGE/bench_rn50_dptrain.jsonl" \
+    --torch "$STAGE/bench_rn50_torch.jsonl" >"$STAGE/rn50_table.txt" 2>&1 || true
+  sed 's/^/   /' "$STAGE/rn50_table.txt"
+  record_pair rn50 "$t0" "$rc" "$trc" "$STAGE/rn50_dptrain.log" "$STAGE/rn50_torch.log"
+}
+
 # BERT's training step in bf16 next to PyTorch's (the same Hugging Face layout, eager attention).
 bert_step() {
   local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/bert_step_bench"
@@ -728,6 +755,7 @@ prove() {
   gtest_step nccl_tests comm_nccl_tests 120 mpi
   train_step
   bench_step
+  rn50_step
   bert_step
   packing_step
   memcheck_step
@@ -747,6 +775,9 @@ prove() {
     echo
     echo "training step, dptrain vs PyTorch $(grep -o '"torch": "[^"]*"' "$STAGE/bench_torch.jsonl" 2>/dev/null | head -1 | cut -d'"' -f4) on the same GPU:"
     sed 's/^/  /' "$STAGE/bench_table.txt" 2>/dev/null || true
+    echo
+    echo "ResNet-50 224x224 b128 channels-last, dptrain vs PyTorch (images/s = 128000 / ms):"
+    sed 's/^/  /' "$STAGE/rn50_table.txt" 2>/dev/null || true
     echo
     echo "BERT training step in bf16 (bert_step_bench vs bench/bert_reference.py), same GPU:"
     sed 's/^/  /' "$STAGE/bert_table.txt" 2>/dev/null || true

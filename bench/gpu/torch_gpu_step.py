@@ -30,7 +30,11 @@ CASES = {
     "mlp_b256": (1, 28, 28, 256),
     "resnet18_b32": (3, 32, 32, 32),
     "resnet18_b256": (3, 32, 32, 256),
+    "resnet50_224_b8": (3, 224, 224, 8),
+    "resnet50_224_b128": (3, 224, 224, 128),  # run only when --only names it (as train_step_bench)
 }
+ON_REQUEST = {"resnet50_224_b128"}
+PRECISIONS = ("fp32", "bf16", "fp16")
 FORMATS = ("nchw", "channels_last")
 
 
@@ -51,11 +55,11 @@ def model_for(name):
     import torch_reference  # bench/torch_reference.py
 
     factory = {"small_cnn": torch_reference.SmallCNN, "mlp": torch_reference.mlp,
-               "resnet18": torch_reference.resnet18}[name.rsplit("_b", 1)[0]]
+               "resnet18": torch_reference.resnet18, "resnet50_224": torch_reference.resnet50}[name.rsplit("_b", 1)[0]]
     return factory()
 
 
-def bench_case(torch, name, fmt, warmup, iters, block):
+def bench_case(torch, name, fmt, warmup, iters, block, precision="fp32"):
     import torch.nn.functional as F
 
     c, h, w, n = CASES[name]
@@ -67,9 +71,14 @@ def bench_case(torch, name, fmt, warmup, iters, block):
     x = torch.randn(n, c, h, w, device="cuda").contiguous(memory_format=memory_format)
     y = (torch.arange(n, device="cuda") % 10).long()
 
+    # Autocast as train_step_bench --precision: forward and loss in bf16/fp16, float32 weights, no
+    # loss scaling (the step time is the point).
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cuda", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
@@ -85,7 +94,8 @@ def bench_case(torch, name, fmt, warmup, iters, block):
         end.record()
         end.synchronize()
         ms.append(start.elapsed_time(end) / block)
-    return {"name": name, "format": fmt, "median_ms": round(statistics.median(ms), 4), "min_ms": round(min(ms), 4),
+    suffix = "" if precision == "fp32" else "_" + precision
+    return {"name": name + suffix, "format": fmt, "median_ms": round(statistics.median(ms), 4), "min_ms": round(min(ms), 4),
             "iters": iters, "block": block, "warmup": warmup}
 
 
@@ -104,11 +114,12 @@ def run_bench(args):
     info = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
             "gpu": torch.cuda.get_device_name(0), "tf32": tf32, "cudnn_benchmark": True}
     print(json.dumps({"info": info}), flush=True)
-    for name in args.only or list(CASES):
-        for fmt in args.formats.split(","):
-            r = bench_case(torch, name, fmt, args.warmup, args.iters, args.block)
-            r["torch"] = torch.__version__
-            print(json.dumps(r), flush=True)
+    for name in args.only or [n for n in CASES if n not in ON_REQUEST]:
+        for precision in args.precisions.split(","):
+            for fmt in args.formats.split(","):
+                r = bench_case(torch, name, fmt, args.warmup, args.iters, args.block, precision)
+                r["torch"] = torch.__version__
+                print(json.dumps(r), flush=True)
     return 0
 
 
@@ -133,7 +144,9 @@ def run_table(args):
         for r in read_jsonl(args.torch):
             if "name" in r:
                 th[(r["name"], r.get("format", "nchw"))] = r
-    names = [n for n in CASES if n in dp or n + "_cl" in dp or any(k[0] == n for k in th)]
+    # Case names in order, with a precision suffix where one was run ("resnet50_224_b128_bf16").
+    variants = [n + s for n in CASES for s in ("",) + tuple("_" + p for p in PRECISIONS[1:])]
+    names = [n for n in variants if n in dp or n + "_cl" in dp or any(k[0] == n for k in th)]
     if not names:
         print("no timings (neither side produced any)")
         return 1
@@ -152,7 +165,8 @@ def run_table(args):
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
     for r in [head] + rows:
         print("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
-    print("(median ms per training step, float32 with TF32, cudnn benchmark; CL = channels_last; "
+    print("(median ms per training step, float32 with TF32 (_bf16/_fp16: forward and loss under autocast), "
+          "cudnn benchmark; CL = channels_last; "
           "ratio = dptrain / torch in the same format, > 1 means dptrain is slower)")
     return 0
 
@@ -169,6 +183,7 @@ def main():
     p.add_argument("--block", type=int, default=10, help="steps per sample (default 10)")
     p.add_argument("--only", choices=list(CASES), action="append", help="run just this case (repeatable)")
     p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated: nchw, channels_last")
+    p.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16, fp16 (autocast; default fp32)")
     return run_bench(p.parse_args())
 
 

@@ -24,6 +24,10 @@
 // accepted; float32 with allow_tf32 gets DEFAULT_MATH; float16/bfloat16 TENSOR_OP_MATH with a
 // float32 compute type; float64 a float64 compute type. Each run sets the math type its
 // algorithm was chosen with.
+// float64 channels-last: cuDNN 9 has no NHWC algorithm for float64 (on an H200 every pass reported
+// CUDNN_STATUS_NOT_SUPPORTED), and PyTorch runs float64 convolutions contiguous for the same
+// reason (cudnn_conv_suggest_memory_format). Such a call runs on NCHW copies and writes its
+// result back in the caller's layout (nhwc_float64_detour), so the op keeps its memory format.
 // Workspace: allocated per call from the stream-ordered pool and freed right after the call is
 // queued (stream-ordered: safe). Descriptors: created per call (a few µs), freed by RAII.
 // Tensors over 2^31 elements (the legacy API's limit) are processed in batch chunks; the weight
@@ -100,6 +104,18 @@ Tensor filter_for(CudaBackend& backend, const Tensor& w, ConvLayout layout) {
   Tensor t = Tensor::empty(w.shape(), w.dtype(), w.device(), MemoryFormat::ChannelsLast);
   backend.copy(w, t);
   return t;
+}
+
+// NOTE [ cuDNN convolution algorithms ], float64 channels-last: cuDNN has no NHWC kernel for it.
+bool needs_nchw_detour(DType dtype, ConvLayout layout) {
+  return layout == ConvLayout::NHWC && dtype == DType::Float64;
+}
+
+// A contiguous (NCHW) copy of a channels-last activation, for the float64 detour.
+Tensor nchw_copy(CudaBackend& backend, const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  backend.copy(t, c);
+  return c;
 }
 
 // x [N, C, H, W], w [K, C/g, KH, KW], y [N, K, OH, OW] (images: the batch of one chunk).
@@ -522,6 +538,12 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
   const ConvLayout layout = layout_of(op, w, {&x, &y});
   const ConvProblem whole = make_problem(op, x, w, y, p, layout, options_.allow_tf32);
   if (y.numel() == 0) return;
+  if (needs_nchw_detour(x.dtype(), layout)) {
+    const Tensor y_nchw = Tensor::empty(y.shape(), y.dtype(), y.device());
+    conv2d_forward(nchw_copy(*this, x), w, bias, y_nchw, p);
+    copy(y_nchw, y);
+    return;
+  }
   activate();
   const Tensor filter = filter_for(*this, w, layout);
   cudnnHandle_t handle = cudnn();
@@ -565,6 +587,12 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
   const ConvLayout layout = layout_of(op, w, {&dy, &dx});
   const ConvProblem whole = make_problem(op, dx, w, dy, p, layout, options_.allow_tf32);
   if (dx.numel() == 0) return;
+  if (needs_nchw_detour(dy.dtype(), layout)) {
+    const Tensor dx_nchw = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+    conv2d_backward_input(nchw_copy(*this, dy), w, dx_nchw, p);
+    copy(dx_nchw, dx);
+    return;
+  }
   activate();
   if (dy.numel() == 0 || w.numel() == 0) {  // nothing flows back: dx = 0
     DP_CUDA_CHECK(device_, cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), stream_), op, " ", dx.str());
@@ -607,6 +635,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
            op, ": bias gradient ", dbias.str(), " does not match weight gradient ", dw.str());
   const ConvLayout layout = layout_of(op, dw, {&dy, &x});
   const ConvProblem whole = make_problem(op, x, dw, dy, p, layout, options_.allow_tf32);
+  if (needs_nchw_detour(dy.dtype(), layout)) {
+    conv2d_backward_weight(nchw_copy(*this, dy), nchw_copy(*this, x), dw, dbias, p);
+    return;
+  }
   const bool with_weight = dw.numel() > 0, with_bias = dbias.defined() && dbias.numel() > 0;
   if (!with_weight && !with_bias) return;
   activate();
