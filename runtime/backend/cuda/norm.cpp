@@ -8,8 +8,10 @@
 // line of descriptor plumbing is a line that cannot be tested yet.
 //
 // cuDNN runs batch norm (CUDNN_BATCHNORM_SPATIAL, x described as 4-D [N, C, L, 1], L the product
-// of the trailing dims, or as [N, C, H, W] NHWC when channels-last) when all of these hold, else
-// norm.cu's kernels do (same semantics; channels-last x as [N·H·W, C, 1]):
+// of the trailing dims) when all of these hold, else norm.cu's kernels do (same semantics;
+// channels-last x as [N·H·W, C, 1]):
+//   - x is NCHW-contiguous: channels-last x always takes norm.cu's kernels (measured: cuDNN's
+//     legacy SPATIAL mode on NHWC is ~10x slower, see cudnn_batch_norm_ok);
 //   - x is float32, float64 or float16 (PyTorch does not use cuDNN batch norm for bfloat16
 //     either); cuDNN's parameters/statistics are float32 (float64 for float64 x), so
 //     per-channel tensors in another dtype are cast into temporaries and the results
@@ -130,6 +132,10 @@ BatchNormProblem batch_norm_problem(const char* op, std::initializer_list<const 
 bool cudnn_batch_norm_ok(const Tensor& x, const BatchNormProblem& q, bool training) {
   const DType d = x.dtype();
   if (d != kFloat32 && d != kFloat64 && d != kFloat16) return false;
+  // Channels-last: the legacy API's SPATIAL mode on NHWC was the whole cost of a ResNet-50 step
+  // (H200, b128, 2026-11-27: 439 ms in float32 and 406 in float16 against 51 in bfloat16, which
+  // took norm.cu's column kernels; PyTorch 43 / 24 / 30 ms), so NHWC goes to norm.cu.
+  if (q.channels_last) return false;
   if (q.n > (training ? 880801 : 65535)) return false;
   return x.numel() <= INT_MAX;
 }
