@@ -6,6 +6,7 @@
 //                    [--memory-format channels_last]
 //   train_step_bench --memory-steps 1000 [--only small_cnn_b128]   (peak RSS over a long run)
 //   train_step_bench --device cuda [--tf32] [--block 10]          (GPU: see below)
+//   train_step_bench --device cuda --profile-steps 1 ...          (under ncu --profile-from-start off)
 //
 // On a GPU a step only queues kernels, so a sample is a block of --block steps queued back to
 // back between two synchronize() calls, timed with the host clock and divided by --block (the
@@ -73,7 +74,7 @@ double rss_mib() {
 int main(int argc, char** argv) {
   CLI::App app{"Training-step time of dptrain's models (JSON lines)", "train_step_bench"};
   dp::bench::CommonOptions opt;
-  int memory_steps = 0, block = 10;
+  int memory_steps = 0, block = 10, profile_steps = 0;
   std::string device_spec = "cpu";
   bool tf32 = false;
   std::string precision = "fp32", memory_format = "nchw";
@@ -86,6 +87,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_spec, "cpu, cuda or cuda:N");
   app.add_option("--block", block, "GPU: steps per timed sample (queued back to back)")->check(CLI::PositiveNumber);
   app.add_flag("--tf32", tf32, "GPU: float32 GEMM and convolution on TF32 tensor cores");
+  app.add_option("--profile-steps", profile_steps,
+                 "GPU: after --warmup steps, run this many between cudaProfilerStart/Stop (for ncu "
+                 "--profile-from-start off) instead of timing")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
   dp::RuntimeOptions runtime_options{threads};
@@ -95,6 +100,10 @@ int main(int argc, char** argv) {
   const std::optional<dp::Device> opened = dp::bench::open_device(runtime, device_spec, "train_step_bench");
   if (!opened) return 2;
   const dp::Device device = *opened;
+  if (profile_steps > 0 && !device.is_cuda()) {
+    std::fprintf(stderr, "train_step_bench: --profile-steps brackets steps for a CUDA profiler; it needs --device cuda\n");
+    return 2;
+  }
 #ifdef DPTRAIN_HAVE_CUDA
   // The runtime's option already reaches the backend; set it on the backend too, so that the
   // number printed below is the one in force.
@@ -136,6 +145,21 @@ int main(int argc, char** argv) {
       sgd.step();
       sgd.zero_grad(true);
     };
+#ifdef DPTRAIN_HAVE_CUDA
+    if (device.is_cuda() && profile_steps > 0) {
+      auto& cuda = static_cast<dp::cuda::CudaBackend&>(device.backend());
+      for (int i = 0; i < warmup; ++i) step();
+      cuda.synchronize();
+      cuda.profiler_start();
+      for (int i = 0; i < profile_steps; ++i) step();
+      cuda.synchronize();
+      cuda.profiler_stop();
+      std::printf("{\"name\": \"%s\", \"device\": \"%s\", \"profiled_steps\": %d, \"warmup\": %d}\n", c.name,
+                  device.str().c_str(), profile_steps, warmup);
+      std::fflush(stdout);
+      continue;
+    }
+#endif
     if (device.is_cuda() && memory_steps == 0) {
       dp::bench::Timing t =
           dp::bench::time_blocks(step, [&] { device.backend().synchronize(); }, warmup, iters, block);

@@ -351,6 +351,7 @@ test_on_device() {
 #              large, the large at sequence 512), then their ratio table
 #   packing    dptrain configs/bert_tiny.yaml on the GPU in bf16: fixed batches, max_tokens, packed;
 #              sequences/s and padding waste of each (issue 13's packing-vs-not on a GPU)
+#   profile    ncu on one ResNet-50 b128 bf16 channels-last step, dptrain and PyTorch: time per kernel
 #   memcheck   compute-sanitizer --tool memcheck on OpHarness/CudaVsCpu.* (last: it gets what is left)
 # Exit: 0 all passed on a GPU; 1 a step failed; 3 no GPU was seen (nothing on a GPU was proven).
 PROVE_BUDGET_S="${PROVE_BUDGET_S:-555}"
@@ -599,6 +600,40 @@ rn50_step() {
   record_pair rn50 "$t0" "$rc" "$trc" "$STAGE/rn50_dptrain.log" "$STAGE/rn50_torch.log"
 }
 
+# Where the ResNet-50 step's GPU time goes, kernel by kernel, on both sides: Nsight Compute on one
+# bf16 channels-last step (b128) after the warm-up (the programs bracket it with
+# cudaProfilerStart/Stop), summarised by ncu_summary.py. A diagnosis, not a check: it passes when
+# both captures produced a table.
+profile_step() {
+  local t0=$SECONDS rc=0 trc=0 ncu copy side
+  ncu="$(command -v ncu || true)"
+  [[ -z "$ncu" && -x /usr/local/cuda/bin/ncu ]] && ncu=/usr/local/cuda/bin/ncu
+  if [[ -z "$ncu" ]]; then
+    echo "ncu not found" >"$STAGE/profile_dptrain.log"
+    record profile "$(((HAVE_GPU == 0)) && echo NO-GPU || echo FAIL)" 0 "ncu not found"
+    return
+  fi
+  local nargs=(--profile-from-start off --metrics gpu__time_duration.sum --csv --page raw --target-processes all)
+  local pargs=(--only resnet50_224_b128 --precision bf16 --memory-format channels_last --warmup 10 --profile-steps 1)
+  if copy="$(relocated_program train_step_bench 2>"$STAGE/profile_relocate.log")"; then
+    limited "$STAGE/profile_dptrain.log" 120 "$ncu" "${nargs[@]}" --log-file "$STAGE/profile_dptrain.csv" \
+      "$copy" --device cuda --tf32 "${pargs[@]}" || rc=$?
+  else
+    echo "relocating train_step_bench failed: $(cat "$STAGE/profile_relocate.log")" >"$STAGE/profile_dptrain.log"; rc=1
+  fi
+  limited "$STAGE/profile_torch.log" 120 "$ncu" "${nargs[@]}" --log-file "$STAGE/profile_torch.csv" \
+    env PYTHONUNBUFFERED=1 python3 "$GPU_DIR/torch_gpu_step.py" --only resnet50_224_b128 --precisions bf16 \
+    --formats channels_last --warmup 10 --profile-steps 1 || trc=$?
+  : >"$STAGE/profile_table.txt"
+  for side in dptrain torch; do
+    python3 "$GPU_DIR/ncu_summary.py" "$STAGE/profile_$side.csv" --steps 1 --label "$side" \
+      >>"$STAGE/profile_table.txt" 2>&1 || { [[ $side == dptrain ]] && rc=$((rc ? rc : 1)) || trc=$((trc ? trc : 1)); }
+    echo >>"$STAGE/profile_table.txt"
+  done
+  sed 's/^/   /' "$STAGE/profile_table.txt" | head -80
+  record_pair profile "$t0" "$rc" "$trc" "$STAGE/profile_dptrain.log" "$STAGE/profile_torch.log"
+}
+
 # BERT's training step in bf16 next to PyTorch's (the same Hugging Face layout, eager attention).
 bert_step() {
   local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/bert_step_bench"
@@ -758,6 +793,7 @@ prove() {
   rn50_step
   bert_step
   packing_step
+  profile_step
   memcheck_step
 
   # ---- summary and packing: at most 8 files under $OUT, each ≤ 16 MiB --------------------------------
@@ -784,6 +820,9 @@ prove() {
     echo
     echo "BERT-tiny on the demo corpus in bf16 (configs/bert_tiny.yaml --set run.device=cuda), by batching:"
     sed 's/^/  /' "$STAGE/packing_table.txt" 2>/dev/null || true
+    echo
+    echo "ResNet-50 b128 bf16 channels-last, one step's kernels (ncu; both sides):"
+    sed 's/^/  /' "$STAGE/profile_table.txt" 2>/dev/null || true
   } >"$summary"
   local f
   for f in "$STAGE"/*.log; do trim_log "$f"; done

@@ -59,7 +59,7 @@ def model_for(name):
     return factory()
 
 
-def bench_case(torch, name, fmt, warmup, iters, block, precision="fp32"):
+def bench_case(torch, name, fmt, warmup, iters, block, precision="fp32", profile_steps=0):
     import torch.nn.functional as F
 
     c, h, w, n = CASES[name]
@@ -85,6 +85,14 @@ def bench_case(torch, name, fmt, warmup, iters, block, precision="fp32"):
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
+    suffix = "" if precision == "fp32" else "_" + precision
+    if profile_steps:  # for ncu --profile-from-start off, as train_step_bench --profile-steps
+        torch.cuda.cudart().cudaProfilerStart()
+        for _ in range(profile_steps):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        return {"name": name + suffix, "format": fmt, "profiled_steps": profile_steps, "warmup": warmup}
     ms = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(iters):
@@ -94,7 +102,6 @@ def bench_case(torch, name, fmt, warmup, iters, block, precision="fp32"):
         end.record()
         end.synchronize()
         ms.append(start.elapsed_time(end) / block)
-    suffix = "" if precision == "fp32" else "_" + precision
     return {"name": name + suffix, "format": fmt, "median_ms": round(statistics.median(ms), 4), "min_ms": round(min(ms), 4),
             "iters": iters, "block": block, "warmup": warmup}
 
@@ -117,7 +124,7 @@ def run_bench(args):
     for name in args.only or [n for n in CASES if n not in ON_REQUEST]:
         for precision in args.precisions.split(","):
             for fmt in args.formats.split(","):
-                r = bench_case(torch, name, fmt, args.warmup, args.iters, args.block, precision)
+                r = bench_case(torch, name, fmt, args.warmup, args.iters, args.block, precision, args.profile_steps)
                 r["torch"] = torch.__version__
                 print(json.dumps(r), flush=True)
     return 0
@@ -183,6 +190,8 @@ def main():
     p.add_argument("--block", type=int, default=10, help="steps per sample (default 10)")
     p.add_argument("--only", choices=list(CASES), action="append", help="run just this case (repeatable)")
     p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated: nchw, channels_last")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after --warmup, run this many steps between cudaProfilerStart/Stop instead of timing")
     p.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16, fp16 (autocast; default fp32)")
     return run_bench(p.parse_args())
 

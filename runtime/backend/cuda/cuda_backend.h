@@ -137,6 +137,10 @@ class CudaBackend final : public Backend {
   // A timing event on this backend's stream (DeviceMarker).
   std::unique_ptr<DeviceMarker> make_marker() override;
   void synchronize() override;
+  // cudaProfilerStart/Stop: a profiler started with `ncu --profile-from-start off` records only
+  // the kernels between the two (bench/gpu: the profile step skips warm-up and cuDNN's search).
+  void profiler_start();
+  void profiler_stop();
   PoolStats pool_stats() const;
 
   void copy(const Tensor& src, const Tensor& dst) override;

@@ -1,5 +1,6 @@
 // CUDA memory (stream-ordered pool), host/device copies, pinned host buffers, events, and the
 // front-ends of the copy/fill/arange/random kernels (memory.cu).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <array>
@@ -196,6 +197,16 @@ void CudaBackend::synchronize() {
   activate();
   DP_CUDA_CHECK(device_, cudaStreamSynchronize(stream_));
   raise_device_errors();
+}
+
+void CudaBackend::profiler_start() {
+  activate();
+  DP_CUDA_CHECK(device_, cudaProfilerStart(), "starting the profiler's capture");
+}
+
+void CudaBackend::profiler_stop() {
+  activate();
+  DP_CUDA_CHECK(device_, cudaProfilerStop(), "stopping the profiler's capture");
 }
 
 // ---- Copies, casts, fills, random -------------------------------------------------------------
