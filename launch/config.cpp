@@ -284,6 +284,7 @@ Section<RunConfig> run_section() {
            field("deterministic", &RunConfig::deterministic, boolean()),
            field("allow_tf32", &RunConfig::allow_tf32, boolean()),
            field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean()),
+           field("check_host_syncs", &RunConfig::check_host_syncs, boolean()),
            field("channels_last", &RunConfig::channels_last, one_of(kChannelsLast)),
            field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps)),
            field("precision", &RunConfig::precision, one_of(kPrecisions))},

@@ -87,6 +87,11 @@ struct RunConfig {
   // GPU: time every cuDNN convolution algorithm once per shape and keep the fastest
   // (torch.backends.cudnn.benchmark); off: cuDNN's heuristic choice.
   bool cudnn_benchmark = true;
+  // Every training step runs under a ForbidHostSyncGuard (NOTE [ Host-sync checking ] in
+  // runtime/core/host_sync.h): a read of a device value on the host inside a step (item(), a copy
+  // to the CPU, synchronize()) ends the run with an error naming it. Checks the CPU path too: the
+  // same read on a GPU would stall the step and rule out CUDA graphs.
+  bool check_host_syncs = false;
   // Memory format of a conv net's activations (NOTE [ Channels-last ] in
   // runtime/tensor/memory_format.h): true = channels-last (NHWC in memory, PyTorch's
   // torch.channels_last), false = NCHW, auto = channels-last on a GPU (cuDNN's NHWC kernels, what

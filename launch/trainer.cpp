@@ -26,6 +26,7 @@
 #include "launch/stop_signals.h"
 #include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/core/host_sync.h"
 #include "runtime/io/tensor_file.h"
 #include "runtime/nn/tensor_core_shapes.h"
 #include "runtime/ops/creation.h"
@@ -738,6 +739,14 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       // Over all ranks: the plan's count for batches of rows; fixed-shape batches are equal on
       // every rank.
       const int64_t step_samples = batch->step_samples() > 0 ? batch->step_samples() : batch_samples * world_size;
+      // run.check_host_syncs: from the upload to the loss's running sums, nothing reads a device
+      // value on the host (NOTE [ Host-sync checking ]); the reads between steps come after.
+      std::string step_region;
+      std::optional<ForbidHostSyncGuard> no_host_reads;
+      if (config.run.check_host_syncs) {
+        step_region = "training step " + std::to_string(step + 1) + " (run.check_host_syncs)";
+        no_host_reads.emplace(step_region.c_str());
+      }
       const StepStats stats = train_step(run, run.train_uploader->upload(*batch), profiler);
       run.train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader
@@ -747,6 +756,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         window.loss = add(window.loss, stats.loss.detach());
         epoch_loss = add(epoch_loss, stats.loss.detach().to(kFloat64));
       }
+      no_host_reads.reset();
       ++step;
       ++step_in_epoch;
       loss_watch.add(stats.loss, step);

@@ -345,6 +345,7 @@ test_on_device() {
 #              CudaVsCpu cases, and the CPU tests on this CPU); a skip fails unless expected_skips.txt
 #   nccl_tests comm_nccl_tests with one rank (MPI singleton on the carried Open MPI)
 #   train      dptrain --config configs/fashion_mnist.yaml --set run.device=cuda: 3 epochs, ≥ 89.5 %
+#   nosync     100 steps (fp32; fp16 + clipping) with run.check_host_syncs: no host read inside a step
 #   bench      train_step_bench --device cuda --tf32 and torch_gpu_step.py, then the ratio table
 #   rn50       ResNet-50 224x224 b128 channels-last in fp32/TF32, bf16 and fp16, both sides, its table
 #   bert       bert_step_bench and bench/bert_reference.py --device cuda --precision bf16 (BERT tiny to
@@ -538,6 +539,28 @@ train_step() {
     record train FAIL $((SECONDS - t0)) "$note"
   else
     record train "$(fail_verdict "$rc")" $((SECONDS - t0)) "$note; exit $rc: $(grep -m1 -E 'error' "$log" | cut -c1-200)"
+  fi
+}
+
+# No host read inside a training step on the GPU (run.check_host_syncs, NOTE [ Host-sync checking ]):
+# 100 SmallCNN steps in float32, and in fp16 with loss scaling and clipping (the scaler's and the
+# clip's scalars on the device). A read inside a step ends the run naming it.
+nosync_step() {
+  local t0=$SECONDS rc=0 bin="$BUNDLE_ROOT/bin/dptrain" log="$STAGE/nosync.log" failed=""
+  if [[ ! -x "$bin" ]]; then record nosync FAIL 0 "dptrain is not in the bundle"; return; fi
+  : >"$log"
+  local variant extra
+  for variant in fp32 fp16_clipped; do
+    extra=()
+    [[ $variant == fp16_clipped ]] && extra=(--set run.precision=fp16 --set optimizer.clip_grad_norm=1.0)
+    limited "$STAGE/nosync_$variant.log" 60 "${CARRIED[@]}" "$bin" --config "$BUNDLE_ROOT/configs/fashion_mnist.yaml" \
+      --set run.device=cuda --set data.root="$BUNDLE_ROOT/data" --set run.check_host_syncs=true \
+      --set run.max_steps=100 --set run.output_dir="$STAGE/nosync_$variant" "${extra[@]}" || { rc=$?; failed+=" $variant"; }
+    cat "$STAGE/nosync_$variant.log" >>"$log"; rm -f "$STAGE/nosync_$variant.log"
+  done
+  grep -E '^done:|error' "$log" | sed 's/^/   /' | head -6
+  if ((rc == 0)); then record nosync PASS $((SECONDS - t0)) "100 steps fp32 and fp16+clipping under run.check_host_syncs"
+  else record nosync "$(fail_verdict "$rc")" $((SECONDS - t0)) "failed:$failed: $(grep -m1 -E 'error' "$log" | cut -c1-200)"
   fi
 }
 
@@ -789,6 +812,7 @@ prove() {
   gtest_step cuda_tests runtime_tests 240 plain
   gtest_step nccl_tests comm_nccl_tests 120 mpi
   train_step
+  nosync_step
   bench_step
   rn50_step
   bert_step

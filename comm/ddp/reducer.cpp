@@ -8,6 +8,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
+#include "runtime/core/host_sync.h"
 #include "runtime/ops/creation.h"
 
 namespace dp {
@@ -233,6 +234,9 @@ void Reducer::replan_from_rank0_order() {
     if (!seen[i]) order[n++] = static_cast<int64_t>(i);
   Tensor t = from_vector<int64_t>(order, {static_cast<int64_t>(order.size())}, params_.front().second.device());
   group_.broadcast(t, 0, /*tag=*/-2)->wait();
+  // The host needs the order to re-plan: one read, once per run (in the second synchronised
+  // step), not a per-step sync, so run.check_host_syncs lets it through.
+  AllowHostSyncGuard once_per_run;
   const std::vector<int64_t> agreed = t.to_vector<int64_t>();
   std::vector<size_t> plan_order(agreed.size());
   for (size_t i = 0; i < agreed.size(); ++i) {

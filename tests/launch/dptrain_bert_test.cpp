@@ -89,7 +89,9 @@ TEST_F(Bert, OneProcessAndTwoRanksTrainTheSameGlobalBatchesToTheSameWeights) {
   // every step's sequences and the loss normalisation (their predicted tokens) stay the same. SGD
   // shows the gradients' agreement as it is: Adam's normalised update would turn the rounding
   // noise of near-zero gradients (rare tokens' embedding rows) into lr-sized differences.
-  const std::string common = "--set run.deterministic=true --set run.max_steps=8 --set data.batching=fixed "
+  // Both runs also check that no step reads on the host (run.check_host_syncs), packed and balanced.
+  const std::string common = "--set run.deterministic=true --set run.check_host_syncs=true --set run.max_steps=8 "
+                             "--set data.batching=fixed "
                              "--set data.batch_size=16 --set data.packing=greedy --set data.balance=sort_and_deal "
                              "--set optimizer.name=sgd --set optimizer.lr=0.5 --set optimizer.momentum=0.9";
   const auto one = run_program(dptrain_binary() + args("one", common));

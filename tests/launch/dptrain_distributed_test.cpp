@@ -97,6 +97,16 @@ TEST_F(Distributed, MpirunTwoRanksSendGradientsAsBf16) {
   EXPECT_THAT(text, HasSubstr("\"grad_dtype\":\"bf16\""));
 }
 
+TEST_F(Distributed, TwoRanksStepsReadNothingOnTheHost) {
+  // run.check_host_syncs over the reducer's whole path: buckets, bf16 wire, rank-ordered sums, and
+  // the one-off re-plan from rank 0's gradient order in the second step (a deliberate read).
+  const ProgramResult r = run_program(kMpirun + " -np 2 " + dptrain_binary() + " --config " +
+                                      config("c.yaml", "distributed: {grad_dtype: bf16}\n") +
+                                      " --set run.check_host_syncs=true --set run.deterministic=true");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "done: 12 steps"), 1) << r.output;
+}
+
 TEST_F(Distributed, GlobalBatchTheWorldSizeDoesNotDivide) {
   expect_error_on_every_rank(
       run_program(kMpirun + " -np 3 " + dptrain_binary() + " --config " + config("c.yaml")),
