@@ -5,15 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "common/run_program.h"
+#include "common/scratch_dir.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 using dp::testing::dptrain_binary;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
@@ -21,21 +19,18 @@ using ::testing::HasSubstr;
 
 class HostSyncs : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = dp::testing::make_test_dir("dptrain_host_sync"); }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // 12 SmallCNN steps of batch 64 at one thread with run.check_host_syncs; `yaml` is more YAML,
   // `sets` more --set arguments.
   ProgramResult run(const std::string& name, const std::string& yaml, const std::string& sets = "") {
-    const fs::path p = dir_ / (name + ".yaml");
-    std::ofstream(p) << "run: {output_dir: " << (dir_ / name).string()
-                     << ", max_steps: 12, threads: 1, log_every: 5, check_host_syncs: true}\n"
-                     << "data: {batch_size: 64, eval_batch_size: 2000}\n"
-                     << yaml;
-    return run_program(dptrain_binary() + " --config " + p.string() + sets);
+    const std::string config = scratch_.write(name + ".yaml", "run: {output_dir: " + (scratch_.path() / name).string() +
+                                                                  ", max_steps: 12, threads: 1, log_every: 5, "
+                                                                  "check_host_syncs: true}\n"
+                                                                  "data: {batch_size: 64, eval_batch_size: 2000}\n" +
+                                                                  yaml);
+    return run_program(dptrain_binary() + " --config " + config + sets);
   }
 
-  fs::path dir_;
+  dp::testing::ScratchDir scratch_{"dptrain_host_sync"};
 };
 
 TEST_F(HostSyncs, DeviceResidentStepsReadNothingOnTheHost) {

@@ -27,7 +27,7 @@
 // float64 channels-last: cuDNN 9 has no NHWC algorithm for float64 (on an H200 every pass reported
 // CUDNN_STATUS_NOT_SUPPORTED), and PyTorch runs float64 convolutions contiguous for the same
 // reason (cudnn_conv_suggest_memory_format). Such a call runs on NCHW copies and writes its
-// result back in the caller's layout (nhwc_float64_detour), so the op keeps its memory format.
+// result back in the caller's layout (needs_nchw_detour), so the op keeps its memory format.
 // Workspace: allocated per call from the stream-ordered pool and freed right after the call is
 // queued (stream-ordered: safe). Descriptors: created per call (a few µs), freed by RAII.
 // Tensors over 2^31 elements (the legacy API's limit) are processed in batch chunks; the weight

@@ -111,7 +111,7 @@ void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr
 struct BatchNormProblem {
   BatchNormShape kernel;     // for norm.cu
   bool channels_last = false;
-  int64_t n = 0, c = 0, h = 0, w = 0;  // cuDNN: [n, c, h, w] NCHW, or NHWC when channels_last
+  int64_t n = 0, c = 0, s = 0;  // cuDNN: x as [n, c, s, 1] NCHW (channels-last never reaches cuDNN)
 };
 
 // `activations`: x and the other tensors of x's shape in the call, one memory format for all.
@@ -123,8 +123,7 @@ BatchNormProblem batch_norm_problem(const char* op, std::initializer_list<const 
   q.kernel = q.channels_last ? BatchNormShape{N * S, C, 1} : BatchNormShape{N, C, S};
   q.n = N;
   q.c = C;
-  q.h = q.channels_last ? x.size(2) : S;  // NCHW: [N, C, S, 1] covers every trailing shape
-  q.w = q.channels_last ? x.size(3) : 1;
+  q.s = S;  // [N, C, S, 1] covers every trailing shape
   return q;
 }
 
@@ -179,17 +178,15 @@ struct BlendFactor {
   float as_float;
 };
 
-// x as [N, C, S, 1] NCHW or [N, C, H, W] NHWC (fully packed) and the derived [1, C, 1, 1]
-// parameter descriptor.
+// x as [N, C, S, 1] NCHW (cudnn_batch_norm_ok keeps channels-last x away) and the derived
+// [1, C, 1, 1] parameter descriptor.
 struct BatchNormDescriptors {
   TensorDescriptor x, param;
   BatchNormDescriptors(int device, DType dtype, const BatchNormProblem& q) : x(device), param(device) {
     DP_CUDNN_CHECK(device,
-                   cudnnSetTensor4dDescriptor(x.get(), q.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                              cudnn_dtype(dtype), static_cast<int>(q.n), static_cast<int>(q.c),
-                                              static_cast<int>(q.h), static_cast<int>(q.w)),
-                   "batch norm input [", q.n, ", ", q.c, ", ", q.h, ", ", q.w, "]",
-                   q.channels_last ? " channels-last" : "");
+                   cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NCHW, cudnn_dtype(dtype), static_cast<int>(q.n),
+                                              static_cast<int>(q.c), static_cast<int>(q.s), 1),
+                   "batch norm input [", q.n, ", ", q.c, ", ", q.s, ", 1]");
 // The legacy batch-norm API is deprecated in cuDNN 9 (in favour of the graph API) and used on
 // purpose (see the top of this file); the warning (only with CUDNN_WARN_DEPRECATED) is silenced
 // for these calls alone.
