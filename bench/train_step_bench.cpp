@@ -7,6 +7,7 @@
 //   train_step_bench --memory-steps 1000 [--only small_cnn_b128]   (peak RSS over a long run)
 //   train_step_bench --device cuda [--tf32] [--block 10]          (GPU: see below)
 //   train_step_bench --device cuda --profile-steps 1 ...          (under ncu --profile-from-start off)
+//   train_step_bench --device cuda --cuda-graphs ...              (each step replayed as one CUDA graph)
 //
 // On a GPU a step only queues kernels, so a sample is a block of --block steps queued back to
 // back between two synchronize() calls, timed with the host clock and divided by --block (the
@@ -19,12 +20,15 @@
 // ("small_cnn_b128_bf16"). --memory-format channels_last gives the model a channels-last input, as
 // run.channels_last does (NOTE [ Channels-last ]), and suffixes "_cl". Cases marked gpu_only (too slow on a CPU to be useful) run only with --device cuda,
 // and those marked on_request (ResNet-50 at batch 128) only when --only names them.
+// --cuda-graphs captures one step after the warm-up (Backend::begin_capture, NOTE [ CUDA graphs ]
+// in launch/graphed_step.h) and times its replays instead; the case names get "_graph".
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +95,8 @@ int main(int argc, char** argv) {
                  "GPU: after --warmup steps, run this many between cudaProfilerStart/Stop (for ncu "
                  "--profile-from-start off) instead of timing")
       ->check(CLI::PositiveNumber);
+  bool cuda_graphs = false;
+  app.add_flag("--cuda-graphs", cuda_graphs, "GPU: capture one step after the warm-up, time its replays");
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
   dp::RuntimeOptions runtime_options{threads};
@@ -100,6 +106,11 @@ int main(int argc, char** argv) {
   const std::optional<dp::Device> opened = dp::bench::open_device(runtime, device_spec, "train_step_bench");
   if (!opened) return 2;
   const dp::Device device = *opened;
+  if (cuda_graphs && (!device.is_cuda() || profile_steps > 0 || memory_steps > 0)) {
+    std::fprintf(stderr, "train_step_bench: --cuda-graphs times graph replays: it needs --device cuda, without "
+                         "--profile-steps or --memory-steps\n");
+    return 2;
+  }
   if (profile_steps > 0 && !device.is_cuda()) {
     std::fprintf(stderr, "train_step_bench: --profile-steps brackets steps for a CUDA profiler; it needs --device cuda\n");
     return 2;
@@ -114,7 +125,7 @@ int main(int argc, char** argv) {
     if (!opt.selected(case_.name) || (case_.on_request && opt.only.empty())) continue;
     const bool channels_last = memory_format == "channels_last";
     const std::string case_name = std::string(case_.name) + (precision == "fp32" ? "" : "_" + precision) +
-                                  (channels_last ? "_cl" : "");
+                                  (channels_last ? "_cl" : "") + (cuda_graphs ? "_graph" : "");
     Case c = case_;
     c.name = case_name.c_str();
     if (c.gpu_only && !device.is_cuda()) continue;
@@ -161,12 +172,26 @@ int main(int argc, char** argv) {
     }
 #endif
     if (device.is_cuda() && memory_steps == 0) {
+      std::unique_ptr<dp::DeviceGraph> graph;
+      if (cuda_graphs) {
+        dp::Backend& backend = device.backend();
+        for (int i = 0; i < warmup; ++i) step();  // cuDNN's search and the optimiser's state, outside the graph
+        backend.begin_capture();
+        try {
+          step();
+          graph = backend.end_capture();
+        } catch (...) {
+          backend.abort_capture();
+          throw;
+        }
+      }
+      auto timed_step = [&] { graph ? graph->replay() : step(); };
       dp::bench::Timing t =
-          dp::bench::time_blocks(step, [&] { device.backend().synchronize(); }, warmup, iters, block);
+          dp::bench::time_blocks(timed_step, [&] { device.backend().synchronize(); }, warmup, iters, block);
       std::printf("{\"name\": \"%s\", \"device\": \"%s\", \"tf32\": %s, \"median_ms\": %.4f, "
-                  "\"min_ms\": %.4f, \"iters\": %d, \"block\": %d, \"warmup\": %d}\n",
+                  "\"min_ms\": %.4f, \"iters\": %d, \"block\": %d, \"warmup\": %d, \"graph_nodes\": %zu}\n",
                   c.name, device.str().c_str(), tf32 ? "true" : "false", t.median_ms, t.min_ms, t.iters, block,
-                  warmup);
+                  warmup, graph ? graph->node_count() : size_t(0));
     } else if (memory_steps > 0) {
       for (int i = 0; i < 100; ++i) step();
       const double after_100 = rss_mib();

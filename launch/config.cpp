@@ -285,6 +285,8 @@ Section<RunConfig> run_section() {
            field("allow_tf32", &RunConfig::allow_tf32, boolean()),
            field("cudnn_benchmark", &RunConfig::cudnn_benchmark, boolean()),
            field("check_host_syncs", &RunConfig::check_host_syncs, boolean()),
+           field("cuda_graphs", &RunConfig::cuda_graphs, boolean()),
+           field("cuda_graph_warmup", &RunConfig::cuda_graph_warmup, integer_in(1, 1000)),
            field("channels_last", &RunConfig::channels_last, one_of(kChannelsLast)),
            field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps)),
            field("precision", &RunConfig::precision, one_of(kPrecisions))},

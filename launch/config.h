@@ -92,6 +92,11 @@ struct RunConfig {
   // to the CPU, synchronize()) ends the run with an error naming it. Checks the CPU path too: the
   // same read on a GPU would stall the step and rule out CUDA graphs.
   bool check_host_syncs = false;
+  // GPU: after cuda_graph_warmup eager steps of a batch shape, capture one training step as a
+  // CUDA graph and replay it for every later step of that shape (NOTE [ CUDA graphs ] in
+  // launch/graphed_step.h).
+  bool cuda_graphs = false;
+  int64_t cuda_graph_warmup = 3;
   // Memory format of a conv net's activations (NOTE [ Channels-last ] in
   // runtime/tensor/memory_format.h): true = channels-last (NHWC in memory, PyTorch's
   // torch.channels_last), false = NCHW, auto = channels-last on a GPU (cuDNN's NHWC kernels, what

@@ -11,6 +11,7 @@ const char* phase_name(Phase p) {
     case Phase::Backward: return "backward";
     case Phase::Comm: return "comm";
     case Phase::Optimizer: return "optimizer";
+    case Phase::Graph: return "graph";
     case Phase::Checkpoint: return "checkpoint";
     case Phase::kCount: break;
   }
@@ -97,7 +98,8 @@ std::string StepProfiler::summary() const {
   std::string out;
   char buf[64];
   for (size_t i = 0; i < totals_.size(); ++i) {
-    if (static_cast<Phase>(i) == Phase::Checkpoint && totals_[i] == 0.0) continue;
+    const Phase p = static_cast<Phase>(i);
+    if ((p == Phase::Checkpoint || p == Phase::Graph) && totals_[i] == 0.0) continue;
     std::snprintf(buf, sizeof buf, "%s%s %.2f ms", i ? " | " : "", phase_name(static_cast<Phase>(i)),
                   ms_per_step(static_cast<Phase>(i)));
     out += buf;

@@ -25,7 +25,9 @@
 
 namespace dp {
 
-enum class Phase : uint8_t { Data, Forward, Backward, Comm, Optimizer, Checkpoint, kCount };
+// Graph: a step replayed as one CUDA graph (run.cuda_graphs), whose forward, backward, comm and
+// optimiser cannot be told apart (NOTE [ CUDA graphs ] in launch/graphed_step.h).
+enum class Phase : uint8_t { Data, Forward, Backward, Comm, Optimizer, Graph, Checkpoint, kCount };
 const char* phase_name(Phase p);
 // Phases timed by the host's clock even on a GPU (NOTE [ Step timing on a GPU ]).
 inline bool host_timed(Phase p) { return p == Phase::Data || p == Phase::Checkpoint; }

@@ -18,6 +18,7 @@
 #include "comm/ddp/reducer.h"
 #include "runtime/core/hash.h"
 #include "launch/datasets.h"
+#include "launch/graphed_step.h"
 #include "launch/metrics_log.h"
 #include "launch/mllog.h"
 #include "launch/run_checkpoint.h"
@@ -203,6 +204,9 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
   if (run.autocast != kFloat32)
     os << "\nmixed precision: " << config.run.precision << " autocast, float32 master weights, loss scaling "
        << (run.scaler->enabled() ? "on" : "off");
+  if (config.run.cuda_graphs)
+    os << "\ncuda graphs: each batch shape runs " << config.run.cuda_graph_warmup << " eager warm-up step(s), then is "
+       << "captured once and replayed";
   if (run.device.is_cuda() && (run.autocast != kFloat32 || config.run.allow_tf32)) {
     // NOTE [ Tensor-core shapes ]: said once, the model left as built.
     const std::vector<nn::ShapeAdvice> advice = nn::tensor_core_shape_advice(*run.model);
@@ -502,6 +506,8 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
                         {"local_blocks", shampoo->local_blocks()},
                         {"root_seconds", shampoo->root_seconds()},
                         {"root_comm_seconds", shampoo->root_comm_seconds()}};
+    if (config.run.cuda_graphs)
+      rec["cuda_graphs"] = {{"captures", report.graph_captures}, {"replays", report.graph_replays}};
     if (tally.run_steps > 0)
       rec["comm"] = {{"comm_ms", report.comm.comm_ms}, {"exposed_ms", report.comm.exposed_ms},
                      {"hidden_pct", 100.0 * report.comm.hidden_fraction},
@@ -653,6 +659,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       console.terminal() ? std::max<int64_t>(1, std::min<int64_t>(config.run.log_every, 10)) : config.run.log_every;
   TrainReport report;
   StepProfiler profiler(&run.device.backend());  // NOTE [ Step timing on a GPU ]
+  std::optional<GraphedSteps> graphed;  // NOTE [ CUDA graphs ]; destroyed before the run
+  if (config.run.cuda_graphs) graphed.emplace(run, config.run.cuda_graph_warmup);
   CommTally comm;
   step = start.step;
   bool stop = config.run.max_steps > 0 && step >= config.run.max_steps;
@@ -747,7 +755,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
         step_region = "training step " + std::to_string(step + 1) + " (run.check_host_syncs)";
         no_host_reads.emplace(step_region.c_str());
       }
-      const StepStats stats = train_step(run, run.train_uploader->upload(*batch), profiler);
+      const Batch on_device = run.train_uploader->upload(*batch);
+      const StepStats stats = graphed ? graphed->step(on_device, profiler) : train_step(run, on_device, profiler);
       run.train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader
       if (stats.comm) comm.add(*stats.comm);
@@ -823,6 +832,14 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   report.peak_rss_mib = peak_rss_mib();
   report.model_digest = model_digest(*run.model, run.cpu);
   if (!config.run.weights_file.empty() && run.rank == 0) save_final_weights(config, run, console, report);
+  if (graphed) {
+    report.graph_captures = graphed->captures();
+    report.graph_replays = graphed->replays();
+    console.line("cuda graphs: " + std::to_string(graphed->replays()) + " of " + std::to_string(report.steps - start.step) +
+                 " steps replayed, " + std::to_string(graphed->captures()) + " capture(s) (" +
+                 std::to_string(graphed->last_graph_nodes()) + " nodes in the last); the rest ran eagerly (" +
+                 std::to_string(config.run.cuda_graph_warmup) + " warm-up steps per batch shape)");
+  }
   report_end(config, run, console, metrics, profiler, comm, report);
   // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).
   mllog.stop(report.reached_target ||

@@ -40,6 +40,7 @@ struct TrainReport {
   // included; -1 when resumed from a checkpoint that did not count them.
   int64_t samples = 0;
   int64_t skipped_steps = 0;  // optimiser steps skipped for a gradient overflow
+  int64_t graph_captures = 0, graph_replays = 0;  // run.cuda_graphs (NOTE [ CUDA graphs ])
   bool reached_target = false;  // an evaluation reached run.target_accuracy (the run then stopped)
   int stop_signal = 0;  // the signal that stopped the run early (SIGTERM, SIGINT, SIGUSR1), or 0
   double peak_rss_mib = 0;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "comm/ddp/sync_batch_norm.h"
+#include "launch/graphed_step.h"
 #include "models/registry.h"
 #include "optim/clip_grad.h"
 #include "optim/registry.h"
@@ -339,6 +340,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
     r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,
                                 r.eval_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
   }
+  check_cuda_graphs(config, r);  // NOTE [ CUDA graphs ]: refused early where a step cannot be captured
   // No begin_epoch here: the loader would start reading training data before run_start.
   const int64_t steps_per_epoch = r.train_loader->num_batches();
   DP_CHECK(steps_per_epoch == r.plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,

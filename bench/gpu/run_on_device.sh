@@ -346,8 +346,11 @@ test_on_device() {
 #   nccl_tests comm_nccl_tests with one rank (MPI singleton on the carried Open MPI)
 #   train      dptrain --config configs/fashion_mnist.yaml --set run.device=cuda: 3 epochs, ≥ 89.5 %
 #   nosync     100 steps (fp32; fp16 + clipping) with run.check_host_syncs: no host read inside a step
+#   graphs     the train step's recipe with run.cuda_graphs (>= 89.5 %, steps replayed), and 200 fp16
+#              steps with loss scaling and clipping inside the graph
 #   bench      train_step_bench --device cuda --tf32 and torch_gpu_step.py, then the ratio table
-#   rn50       ResNet-50 224x224 b128 channels-last in fp32/TF32, bf16 and fp16, both sides, its table
+#   rn50       ResNet-50 224x224 b128 channels-last in fp32/TF32, bf16 and fp16, both sides, its table,
+#              and dptrain's steps again replayed as CUDA graphs (train_step_bench --cuda-graphs)
 #   bert       bert_step_bench and bench/bert_reference.py --device cuda --precision bf16 (BERT tiny to
 #              large, the large at sequence 512), then their ratio table
 #   packing    dptrain configs/bert_tiny.yaml on the GPU in bf16: fixed batches, max_tokens, packed;
@@ -564,6 +567,37 @@ nosync_step() {
   fi
 }
 
+# The default recipe with every step after the warm-up replayed as one CUDA graph (run.cuda_graphs,
+# NOTE [ CUDA graphs ]): 3 epochs must reach what eager training reaches (>= 89.5 %), with most
+# steps replayed; then 200 fp16 steps with loss scaling and clipping (the scaler's update and the
+# clip factor inside the graph) under run.check_host_syncs.
+graphs_step() {
+  local t0=$SECONDS rc=0 rc16=0 bin="$BUNDLE_ROOT/bin/dptrain" log="$STAGE/graphs.log" log16="$STAGE/graphs_fp16.log"
+  if [[ ! -x "$bin" ]]; then record graphs FAIL 0 "dptrain is not in the bundle"; return; fi
+  limited "$log" 120 "${CARRIED[@]}" "$bin" --config "$BUNDLE_ROOT/configs/fashion_mnist.yaml" \
+    --set run.device=cuda --set data.root="$BUNDLE_ROOT/data" --set run.cuda_graphs=true \
+    --set run.output_dir="$STAGE/graphs_run" || rc=$?
+  limited "$log16" 60 "${CARRIED[@]}" "$bin" --config "$BUNDLE_ROOT/configs/fashion_mnist.yaml" \
+    --set run.device=cuda --set data.root="$BUNDLE_ROOT/data" --set run.cuda_graphs=true --set run.max_steps=200 \
+    --set run.precision=fp16 --set optimizer.clip_grad_norm=1.0 --set run.check_host_syncs=true \
+    --set run.output_dir="$STAGE/graphs_fp16_run" || rc16=$?
+  local epochs acc replayed
+  epochs="$(grep -cE '^epoch [0-9]+/[0-9]+: ' "$log" || true)"
+  acc="$(grep -E '^epoch [0-9]+/[0-9]+: ' "$log" | tail -1 | grep -oE 'test accuracy [0-9.]+' | awk '{print $3}')"
+  replayed="$(grep -oE '^cuda graphs: [0-9]+ of [0-9]+' "$log" | awk '{print $3, $5}')"
+  grep -E '^epoch [0-9]+/[0-9]+: |^  step time|^cuda graphs|^done:|error' "$log" "$log16" | sed 's/^/   /' | head -20
+  local note="epochs ${epochs:-0}, accuracy ${acc:-none} % (>= 89.5), replayed ${replayed:-none}; fp16+clip exit $rc16"
+  if ((rc == 0 && rc16 == 0)) && [[ "$epochs" == 3 && -n "$acc" && -n "$replayed" ]] &&
+    awk -v a="$acc" -v r="$replayed" 'BEGIN {split(r, n, " "); exit !(a >= 89.5 && n[1] > 0 && n[1] >= n[2] - 20)}'; then
+    record graphs PASS $((SECONDS - t0)) "$note"
+  elif ((rc == 0 && rc16 == 0)); then
+    record graphs FAIL $((SECONDS - t0)) "$note"
+  else
+    record graphs "$(fail_verdict $((rc != 0 ? rc : rc16)))" $((SECONDS - t0)) \
+      "$note; $(grep -h -m1 -E 'error' "$log" "$log16" | head -1 | cut -c1-200)"
+  fi
+}
+
 # record_pair STEP T0 RC TRC DPTRAIN_LOG TORCH_LOG: the verdict of a step that ran dptrain's side
 # and PyTorch's, with the end of a failing side's log.
 record_pair() {
@@ -609,6 +643,14 @@ rn50_step() {
         --memory-format channels_last --precision "$precision" "${args[@]}" || rc=$((rc ? rc : $?))
       cat "$STAGE/rn50_dptrain_$precision.log" >>"$STAGE/rn50_dptrain.log"
       rm -f "$STAGE/rn50_dptrain_$precision.log"
+    done
+    # The same steps replayed as one CUDA graph each (NOTE [ CUDA graphs ]; issue 11's goal: >= 1.3x
+    # PyTorch eager's images/s in bf16 and fp16).
+    for precision in bf16 fp16 fp32; do
+      limited "$STAGE/rn50_dptrain_${precision}_graph.log" 60 "${CARRIED[@]}" "$bin" --device cuda --tf32 --cuda-graphs \
+        --memory-format channels_last --precision "$precision" "${args[@]}" || rc=$((rc ? rc : $?))
+      cat "$STAGE/rn50_dptrain_${precision}_graph.log" >>"$STAGE/rn50_dptrain.log"
+      rm -f "$STAGE/rn50_dptrain_${precision}_graph.log"
     done
   else
     echo "train_step_bench is not in the bundle" >"$STAGE/rn50_dptrain.log"; rc=1
@@ -813,6 +855,7 @@ prove() {
   gtest_step nccl_tests comm_nccl_tests 120 mpi
   train_step
   nosync_step
+  graphs_step
   bench_step
   rn50_step
   bert_step
@@ -832,6 +875,9 @@ prove() {
     echo "training (dptrain --config configs/fashion_mnist.yaml --set run.device=cuda):"
     grep -E '^epoch [0-9]+/[0-9]+: ' "$STAGE/train.log" 2>/dev/null | sed 's/^/  /' || true
     [[ -s "$STAGE/train.log" ]] && ! grep -qE '^epoch [0-9]+/[0-9]+: ' "$STAGE/train.log" && echo "  (no epoch finished)"
+    echo
+    echo "the same with run.cuda_graphs (each step after the warm-up replayed as one CUDA graph):"
+    grep -hE '^epoch [0-9]+/[0-9]+: |^  step time|^cuda graphs' "$STAGE/graphs.log" 2>/dev/null | sed 's/^/  /' || true
     echo
     echo "training step, dptrain vs PyTorch $(grep -o '"torch": "[^"]*"' "$STAGE/bench_torch.jsonl" 2>/dev/null | head -1 | cut -d'"' -f4) on the same GPU:"
     sed 's/^/  /' "$STAGE/bench_table.txt" 2>/dev/null || true

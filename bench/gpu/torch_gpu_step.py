@@ -164,17 +164,27 @@ def run_table(args):
     def ratio(a, b):
         return f"{a['median_ms'] / b['median_ms']:.2f}" if a and b and b["median_ms"] > 0 else "-"
 
+    # train_step_bench --cuda-graphs: channels-last steps replayed as one CUDA graph ("<case>_cl_graph"),
+    # against PyTorch's eager channels-last step (images/s speed-up = torch ms / dptrain graph ms).
+    graphs = any(n + "_cl_graph" in dp for n in names)
     head = ("case", "dptrain NCHW ms", "dptrain CL ms", "torch NCHW ms", "torch CL ms", "NCHW ratio", "CL ratio")
+    if graphs:
+        head += ("dptrain CL graph ms", "CL graph ratio", "graph img/s vs torch")
     rows = []
     for n in names:
         d, dc, a, b = dp.get(n), dp.get(n + "_cl"), th.get((n, "nchw")), th.get((n, "channels_last"))
-        rows.append((n, ms(d), ms(dc), ms(a), ms(b), ratio(d, a), ratio(dc, b)))
+        row = (n, ms(d), ms(dc), ms(a), ms(b), ratio(d, a), ratio(dc, b))
+        if graphs:
+            g = dp.get(n + "_cl_graph")
+            row += (ms(g), ratio(g, b), f"{b['median_ms'] / g['median_ms']:.2f}x" if g and b and g["median_ms"] > 0 else "-")
+        rows.append(row)
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
     for r in [head] + rows:
         print("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
     print("(median ms per training step, float32 with TF32 (_bf16/_fp16: forward and loss under autocast), "
           "cudnn benchmark; CL = channels_last; "
-          "ratio = dptrain / torch in the same format, > 1 means dptrain is slower)")
+          "ratio = dptrain / torch in the same format, > 1 means dptrain is slower" +
+          ("; graph: dptrain's step replayed as one CUDA graph, torch eager)" if graphs else ")"))
     return 0
 
 

@@ -158,6 +158,19 @@ class DeviceMarker {
   virtual double ms_since(const DeviceMarker& earlier) const = 0;
 };
 
+// A recorded stretch of a device's work, replayed with one launch (a CUDA graph; NOTE [ CUDA
+// graphs ] in launch/graphed_step.h). Made by Backend::end_capture(). The graph reads and writes
+// the addresses it was captured with: every tensor it touches must stay alive, unmoved, while
+// it is replayed.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Queues the recorded work on the device's stream (returns at once).
+  virtual void replay() = 0;
+  // Kernels and other operations in the graph.
+  virtual size_t node_count() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -179,6 +192,21 @@ class Backend {
   // A marker on this device's queue (DeviceMarker), or null when kernels run synchronously on
   // the host's clock (the CPU): then time them with the host clock.
   virtual std::unique_ptr<DeviceMarker> make_marker() { return nullptr; }
+
+  // ---- Capture (CUDA graphs) ----
+  // Whether begin_capture() can record this backend's work for replay.
+  virtual bool supports_capture() const { return false; }
+  // From here to end_capture(), work this thread queues on the backend is recorded, not run, and
+  // its allocations come from a pool kept for replays. Reading a device value on the host, a
+  // host→device copy and drawing random numbers are errors meanwhile (each would be frozen into
+  // the graph).
+  virtual void begin_capture() { unsupported("begin_capture"); }
+  // Ends the capture and returns its work as a graph ready to replay (nothing of it has run yet).
+  virtual std::unique_ptr<DeviceGraph> end_capture() { unsupported("end_capture"); }
+  // Abandons a capture after an error (nothing recorded is kept); does nothing when none is in
+  // progress.
+  virtual void abort_capture() noexcept {}
+  virtual bool capturing() const { return false; }
 
   // ---- Copies, casts, fills (dst any strides unless said) ----
   // dst = src, element-wise; same shape and device; any strides (stride 0 in src broadcasts);

@@ -1,6 +1,7 @@
 #include "runtime/nn/batchnorm.h"
 
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/backend/backend.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/norm.h"
 
@@ -18,7 +19,6 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, Device device, double eps, double
   running_mean = register_buffer("running_mean", zeros({num_features}, dtype, device));
   running_var = register_buffer("running_var", ones({num_features}, dtype, device));
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64, device));
-  tracked_version_ = num_batches_tracked.version();
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
@@ -31,10 +31,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     return batch_norm(x, weight, bias, Tensor(), Tensor(), /*training=*/true, momentum, eps);
   }
   if (is_training()) {
-    NoGradGuard no_grad;
-    if (num_batches_tracked.version() != tracked_version_) batches_tracked_ = num_batches_tracked.item<int64_t>();
-    num_batches_tracked.fill_(static_cast<double>(++batches_tracked_));
-    tracked_version_ = num_batches_tracked.version();
+    // Counted by a device kernel, not from a host mirror: nothing is read back, a loaded or
+    // broadcast count goes on from where it is, and a CUDA graph's replays keep counting.
+    num_batches_tracked.device().backend().count_steps({num_batches_tracked}, Tensor(), StepCounting::Always);
+    num_batches_tracked.bump_version();
   }
   if (is_training() && synchronizer_)
     return synchronizer_->batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps);

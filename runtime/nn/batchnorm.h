@@ -53,12 +53,6 @@ class BatchNorm2d : public Module {
   Tensor running_mean, running_var, num_batches_tracked;
 
  private:
-  // Host mirror of num_batches_tracked, written to the device buffer with a fill so counting a
-  // batch never synchronises with the device. tracked_version_ is the buffer's version after
-  // that fill: a different version means someone wrote the buffer (a checkpoint load, a
-  // broadcast from rank 0), and the mirror is re-read once from the device.
-  int64_t batches_tracked_ = 0;
-  uint64_t tracked_version_ = 0;
   std::shared_ptr<BatchNormSynchronizer> synchronizer_;
   bool running_stats_frozen_ = false;
 };

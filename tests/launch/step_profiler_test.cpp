@@ -52,6 +52,22 @@ TEST(StepProfiler, CheckpointTimeIsAmortisedOverTheSteps) {
   EXPECT_NE(profiler.summary().find("checkpoint"), std::string::npos) << profiler.summary();
 }
 
+// run.cuda_graphs: a replayed step is one "graph" phase, shown only in runs that have one.
+TEST(StepProfiler, TheGraphPhaseIsShownOnlyWhenStepsWereReplayed) {
+  Runtime runtime;
+  StepProfiler profiler(&runtime.cpu().backend());
+  profiler.begin(Phase::Forward);
+  profiler.end();
+  profiler.step_done();
+  EXPECT_EQ(profiler.summary().find("graph"), std::string::npos) << profiler.summary();
+  profiler.begin(Phase::Graph);
+  std::this_thread::sleep_for(4ms);
+  profiler.end();
+  profiler.step_done();
+  EXPECT_GE(profiler.ms_per_step(Phase::Graph), 2.0);  // 4 ms over 2 steps
+  EXPECT_NE(profiler.summary().find("| graph "), std::string::npos) << profiler.summary();
+}
+
 TEST(StepProfiler, GpuPhasesAreReadOneStepLate) {
   if (Runtime::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU is visible (no driver or no device); this test needs one";
   Runtime runtime;

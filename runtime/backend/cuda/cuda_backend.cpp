@@ -12,6 +12,7 @@
 #include "runtime/backend/cuda/cuda_check.h"
 #include "runtime/backend/cuda/conv_algo_cache.h"
 #include "runtime/backend/cuda/gemm_algo_cache.h"
+#include "runtime/backend/cuda/graph_memory.h"
 #include "runtime/backend/cuda/kernel_types.h"
 
 namespace dp::cuda {
@@ -76,6 +77,10 @@ void CudaBackend::release() noexcept {
   if (blas_lt_) cublasLtDestroy(blas_lt_);
   if (blas_) cublasDestroy(blas_);
   if (workspace_) DP_CUDA_REPORT(device_, cudaFree(workspace_));
+  if (graph_memory_) {  // graphs and their tensors are gone by now (they need the backend)
+    live_graphs_ = 0;
+    release_graph_memory_if_unused();
+  }
   if (stream_) DP_CUDA_REPORT(device_, cudaStreamDestroy(stream_));
   if (device_errors_host_) DP_CUDA_REPORT(device_, cudaFreeHost(device_errors_host_));
   cudnn_ = nullptr;

@@ -18,6 +18,19 @@
 // work on another stream that uses this backend's memory must be ordered after this stream
 // (event) before the memory is freed.
 //
+// NOTE [ Graph memory ]
+// While a capture records (begin_capture() … end_capture(), graph.cpp), allocate() hands out
+// blocks of a private pool (a BlockArena over cudaMalloc'd segments) instead of the stream-ordered
+// pool: a graph replays the addresses it was captured with, so its working memory must never be
+// handed to anyone else. A block freed during the capture is reused by the capture's later
+// allocations (the graph runs them in stream order, as the capture did). Blocks still live after
+// it (the step's loss) stay the graph's outputs, rewritten by each replay. All graphs of a backend
+// share the pool: they replay one after another on the stream, so one graph's temporaries may
+// be another's. An ordinary block freed during a capture (the previous step's gradients) may be
+// read by every replay: it is kept until no graph is left, then freed. Before a capture the
+// stream-ordered pool gives its unused blocks back to the driver, so the graph's pool mostly takes
+// their place instead of doubling the step's memory.
+//
 // This header needs no CUDA headers: CUDA handle types are forward-declared.
 #pragma once
 
@@ -143,6 +156,17 @@ class CudaBackend final : public Backend {
   void profiler_stop();
   PoolStats pool_stats() const;
 
+  // ---- Capture (graph.cpp, NOTE [ Graph memory ]) ----
+  bool supports_capture() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<DeviceGraph> end_capture() override;
+  void abort_capture() noexcept override;
+  bool capturing() const override { return capturing_; }
+  // Bytes the graphs' private pool holds from the driver.
+  size_t graph_pool_bytes() const;
+  // Called by a graph's destructor.
+  void graph_destroyed() noexcept;
+
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, double value) override;
   void arange(const Tensor& dst, double start, double step) override;
@@ -267,6 +291,13 @@ class CudaBackend final : public Backend {
   void rows_backward(const char* op, Kernel kernel, const Tensor& y, const Tensor& dy, const Tensor& dx, bool log,
                      double scale);
 
+  // NOTE [ Graph memory ] (graph.cpp).
+  struct GraphMemory;
+  void* allocate_for_capture(size_t nbytes);
+  // Takes ptr when it is the graphs' (or a capture is recording); false: an ordinary block.
+  bool free_graph_block(void* ptr) noexcept;
+  void release_graph_memory_if_unused() noexcept;
+
   int device_;
   CudaOptions options_;
   CUstream_st* stream_ = nullptr;
@@ -281,6 +312,9 @@ class CudaBackend final : public Backend {
   // Mapped pinned host memory: the host's and the device's address of one DeviceErrors.
   DeviceErrors* device_errors_host_ = nullptr;
   DeviceErrors* device_errors_device_ = nullptr;
+  std::unique_ptr<GraphMemory> graph_memory_;  // from the first capture
+  bool capturing_ = false;
+  int live_graphs_ = 0;
 };
 
 }  // namespace dp::cuda

@@ -134,6 +134,7 @@ std::unique_ptr<DeviceMarker> CudaBackend::make_marker() {
 void* CudaBackend::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   activate();
+  if (capturing_) return allocate_for_capture(nbytes);  // NOTE [ Graph memory ]
   void* ptr = nullptr;
   DP_CUDA_CHECK(device_, cudaMallocAsync(&ptr, nbytes, stream_), "requested ", format_bytes(nbytes),
                 "; pool: ", format_bytes(pool_stats().used_bytes), " in use, ",
@@ -143,7 +144,8 @@ void* CudaBackend::allocate(size_t nbytes) {
 
 void CudaBackend::deallocate(void* ptr, size_t) {
   // Called from Storage's destructor: reports rather than throws.
-  if (ptr) DP_CUDA_REPORT(device_, cudaFreeAsync(ptr, stream_));
+  if (!ptr || free_graph_block(ptr)) return;
+  DP_CUDA_REPORT(device_, cudaFreeAsync(ptr, stream_));
 }
 
 PoolStats CudaBackend::pool_stats() const {
@@ -155,6 +157,8 @@ PoolStats CudaBackend::pool_stats() const {
 
 void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
   if (nbytes == 0) return;
+  DP_CHECK(!capturing_, "a host → device copy of ", format_bytes(nbytes), " inside a CUDA graph capture: every replay ",
+           "would copy the same host bytes again; create the tensor before the captured step, or on the device");
   activate();
   DP_CUDA_CHECK(device_, cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_),
                 format_bytes(nbytes), " host → device");
@@ -249,6 +253,8 @@ void CudaBackend::random(const Tensor& dst, RandomDist dist, double a, double b,
   DP_ASSERT(dst.is_contiguous());
   check_floating("random", dst);
   check_operand("random", dst);
+  DP_CHECK(!capturing_, "random numbers (", dst.str(), ") inside a CUDA graph capture: every replay would draw the same ",
+           "ones (e.g. the same dropout mask each step); train without dropout, or without run.cuda_graphs");
   const Distribution kind = dist == RandomDist::Uniform ? Distribution::Uniform
                             : dist == RandomDist::Normal ? Distribution::Normal
                                                          : Distribution::Bernoulli;

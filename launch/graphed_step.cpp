@@ -1,0 +1,94 @@
+#include "launch/graphed_step.h"
+
+#include <exception>
+#include <utility>
+
+#include "runtime/core/host_sync.h"
+#include "runtime/ops/creation.h"
+
+namespace dp {
+
+void check_cuda_graphs(const Config& config, const TrainingRun& run) {
+  if (!config.run.cuda_graphs) return;
+  DP_CHECK(config.optimizer.name != "shampoo", "run.cuda_graphs: shampoo computes its inverse roots on the host from ",
+           "each step's statistics, which a CUDA graph cannot hold; use sgd, adamw, lars or lamb, or set ",
+           "run.cuda_graphs: false");
+  DP_CHECK(config.model.dropout == 0.0, "run.cuda_graphs: model.dropout ", config.model.dropout, " draws new random ",
+           "masks every step, which a CUDA graph would replay unchanged; set model.dropout: 0, or run.cuda_graphs: false");
+  DP_CHECK(run.world_size == 1, "run.cuda_graphs: data-parallel runs (", run.world_size, " ranks) are not captured ",
+           "yet: the reducer's per-gradient hooks and the NCCL all-reduces run outside a graph. Train on one GPU with ",
+           "graphs, or on ", run.world_size, " with run.cuda_graphs: false");
+  DP_CHECK(!run.plan.token_batching || config.data.batching == "fixed", "run.cuda_graphs: data.batching ",
+           config.data.batching, " gives a new batch shape nearly every step, and each shape needs a graph of its own; ",
+           "use data.batching: fixed, or run.cuda_graphs: false");
+  DP_CHECK(run.device.is_cuda() && run.device.backend().supports_capture(), "run.cuda_graphs: CUDA graphs need a GPU ",
+           "(run.device: cuda); this run trains on ", run.device.str(), ". Set run.cuda_graphs: false");
+}
+
+GraphedSteps::~GraphedSteps() = default;
+
+StepStats GraphedSteps::step(const Batch& batch, StepProfiler& profiler) {
+  const std::string signature = batch.str();
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if (it->signature != signature) continue;
+    graphs_.splice(graphs_.begin(), graphs_, it);  // most recently used first
+    return replay(graphs_.front(), batch, profiler);
+  }
+  // Shapes that never settle (a rare last batch) must not fill the table.
+  if (eager_counts_.size() > 64) eager_counts_.clear();
+  int64_t& seen = eager_counts_[signature];
+  if (seen < warmup_steps_) {
+    ++seen;
+    return train_step(run_, batch, profiler);
+  }
+  eager_counts_.erase(signature);
+  profiler.begin(Phase::Graph);  // ends the data phase: the capture's time is the step's, not the loader's
+  return replay(capture(signature, batch), batch, profiler);
+}
+
+GraphedSteps::Captured& GraphedSteps::capture(const std::string& signature, const Batch& batch) {
+  Backend& backend = run_.device.backend();
+  if (graphs_.size() >= kMaxGraphs) graphs_.pop_back();  // the least recently used
+  Captured c;
+  c.signature = signature;
+  for (const auto& [name, t] : batch.tensors()) c.inputs.set(name, empty(t.shape(), t.dtype(), run_.device));
+  // The step as train_step() queues it, recorded instead of run. Device markers cannot be read
+  // back from a capture: the captured step is timed by the host, and its replays as one phase.
+  StepProfiler untimed;
+  const std::string region = "the training step captured as a CUDA graph (run.cuda_graphs)";
+  {
+    const ForbidHostSyncGuard no_host_reads(region.c_str());
+    backend.begin_capture();
+    try {
+      c.loss = train_step(run_, c.inputs, untimed).loss;
+      c.graph = backend.end_capture();
+    } catch (const std::exception& e) {
+      backend.abort_capture();
+      throw Error(detail::concat("run.cuda_graphs: the training step for a batch of ", signature, " could not be ",
+                                 "captured as a CUDA graph: ", e.what(), ". Set run.cuda_graphs: false to train ",
+                                 "without graphs"));
+    }
+  }
+  ++captures_;
+  last_graph_nodes_ = c.graph->node_count();
+  graphs_.push_front(std::move(c));
+  return graphs_.front();
+}
+
+StepStats GraphedSteps::replay(Captured& captured, const Batch& batch, StepProfiler& profiler) {
+  Backend& backend = run_.device.backend();
+  profiler.begin(Phase::Graph);
+  const auto& from = batch.tensors();
+  const auto& to = captured.inputs.tensors();
+  DP_CHECK(from.size() == to.size(), "GraphedSteps: a batch of ", batch.str(), " for the graph of ", captured.signature);
+  for (size_t i = 0; i < from.size(); ++i) backend.copy(from[i].second, to[i].second);
+  captured.graph->replay();
+  StepStats stats;
+  stats.loss = captured.loss.clone();  // the next replay rewrites the graph's own
+  profiler.end();
+  profiler.step_done();
+  ++replays_;
+  return stats;
+}
+
+}  // namespace dp

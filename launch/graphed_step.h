@@ -1,0 +1,80 @@
+// Training steps replayed as CUDA graphs (run.cuda_graphs).
+//
+// NOTE [ CUDA graphs ]
+// A GPU step is a few hundred to a few thousand kernel launches whose arguments do not change
+// from step to step: everything a step decides (lr, loss scale, found_inf, step counts, clip
+// factor) already lives on the device (NOTE [ Device-resident optimiser step ]). So after
+// run.cuda_graph_warmup eager steps of a batch shape (they choose cuDNN algorithms and create the
+// optimiser's state), one step is captured — forward, scaled backward, unscale and check,
+// clipping, optimiser, scale update, schedule clock — and every later step of that shape copies
+// its batch into the graph's static input tensors and replays the graph with one launch: no
+// host-side op dispatch, no autograd bookkeeping, no per-kernel launch latency.
+// - Shapes: graphs are kept per batch signature (names, shapes, dtypes), up to kMaxGraphs, the
+//   least recently used dropped first; a shape seen fewer than warm-up times (an epoch's last,
+//   smaller batch) just runs eagerly. All graphs share one private memory pool (NOTE [ Graph
+//   memory ] in runtime/backend/cuda/cuda_backend.h): they replay one after another.
+// - The loss a replay returns is a copy: the graph's own loss tensor is rewritten by the next
+//   replay, and the divergence check keeps each step's loss.
+// - The capture runs under the host-sync guard: a read of a device value inside the step ends the
+//   run naming it, instead of an opaque invalidated capture.
+// - Refused where a step cannot be one graph (check_cuda_graphs): the CPU (no graphs), Shampoo
+//   (its roots are computed on the host from the step's statistics), dropout (the masks would be
+//   the same at every replay), data-parallel runs (the reducer's hooks and NCCL's collectives
+//   are not captured yet), and token batching by max_tokens (a new shape nearly every step).
+// - Timing: a replayed step is one "graph" phase of the step profile (device time).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "launch/config.h"
+#include "launch/step_profiler.h"
+#include "launch/training_run.h"
+
+namespace dp {
+
+// Throws dp::Error naming the config key when run.cuda_graphs is set and `run` cannot be captured
+// (NOTE [ CUDA graphs ]); does nothing when it is not set.
+void check_cuda_graphs(const Config& config, const TrainingRun& run);
+
+class GraphedSteps {
+ public:
+  static constexpr size_t kMaxGraphs = 4;
+
+  GraphedSteps(TrainingRun& run, int64_t warmup_steps) : run_(run), warmup_steps_(warmup_steps) {}
+  ~GraphedSteps();
+  GraphedSteps(const GraphedSteps&) = delete;
+  GraphedSteps& operator=(const GraphedSteps&) = delete;
+
+  // One training step on `batch` (on the device), as train_step() computes it: eagerly during the
+  // warm-up of its shape, by a capture then a replay at the end of it, by a replay after.
+  StepStats step(const Batch& batch, StepProfiler& profiler);
+
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+  size_t graphs() const { return graphs_.size(); }
+  // Nodes of the most recent capture (0 before one).
+  size_t last_graph_nodes() const { return last_graph_nodes_; }
+
+ private:
+  struct Captured {
+    std::string signature;
+    Batch inputs;  // static: each step's batch is copied here before a replay
+    Tensor loss;   // the graph's output, rewritten by each replay
+    std::unique_ptr<DeviceGraph> graph;
+  };
+  Captured& capture(const std::string& signature, const Batch& batch);
+  StepStats replay(Captured& graph, const Batch& batch, StepProfiler& profiler);
+
+  TrainingRun& run_;
+  int64_t warmup_steps_;
+  std::list<Captured> graphs_;               // most recently used first
+  std::map<std::string, int64_t> eager_counts_;  // eager steps per signature not captured yet
+  int64_t captures_ = 0, replays_ = 0;
+  size_t last_graph_nodes_ = 0;
+};
+
+}  // namespace dp
