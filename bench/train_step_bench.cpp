@@ -174,16 +174,8 @@ int main(int argc, char** argv) {
     if (device.is_cuda() && memory_steps == 0) {
       std::unique_ptr<dp::DeviceGraph> graph;
       if (cuda_graphs) {
-        dp::Backend& backend = device.backend();
         for (int i = 0; i < warmup; ++i) step();  // cuDNN's search and the optimiser's state, outside the graph
-        backend.begin_capture();
-        try {
-          step();
-          graph = backend.end_capture();
-        } catch (...) {
-          backend.abort_capture();
-          throw;
-        }
+        graph = dp::capture_graph(device.backend(), step);
       }
       auto timed_step = [&] { graph ? graph->replay() : step(); };
       dp::bench::Timing t =

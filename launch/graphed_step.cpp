@@ -21,7 +21,7 @@ void check_cuda_graphs(const Config& config, const TrainingRun& run) {
   DP_CHECK(!run.plan.token_batching || config.data.batching == "fixed", "run.cuda_graphs: data.batching ",
            config.data.batching, " gives a new batch shape nearly every step, and each shape needs a graph of its own; ",
            "use data.batching: fixed, or run.cuda_graphs: false");
-  DP_CHECK(run.device.is_cuda() && run.device.backend().supports_capture(), "run.cuda_graphs: CUDA graphs need a GPU ",
+  DP_CHECK(run.device.backend().supports_capture(), "run.cuda_graphs: CUDA graphs need a GPU ",
            "(run.device: cuda); this run trains on ", run.device.str(), ". Set run.cuda_graphs: false");
 }
 
@@ -58,12 +58,9 @@ GraphedSteps::Captured& GraphedSteps::capture(const std::string& signature, cons
   const std::string region = "the training step captured as a CUDA graph (run.cuda_graphs)";
   {
     const ForbidHostSyncGuard no_host_reads(region.c_str());
-    backend.begin_capture();
     try {
-      c.loss = train_step(run_, c.inputs, untimed).loss;
-      c.graph = backend.end_capture();
+      c.graph = capture_graph(backend, [&] { c.loss = train_step(run_, c.inputs, untimed).loss; });
     } catch (const std::exception& e) {
-      backend.abort_capture();
       throw Error(detail::concat("run.cuda_graphs: the training step for a batch of ", signature, " could not be ",
                                  "captured as a CUDA graph: ", e.what(), ". Set run.cuda_graphs: false to train ",
                                  "without graphs"));
@@ -80,7 +77,6 @@ StepStats GraphedSteps::replay(Captured& captured, const Batch& batch, StepProfi
   profiler.begin(Phase::Graph);
   const auto& from = batch.tensors();
   const auto& to = captured.inputs.tensors();
-  DP_CHECK(from.size() == to.size(), "GraphedSteps: a batch of ", batch.str(), " for the graph of ", captured.signature);
   for (size_t i = 0; i < from.size(); ++i) backend.copy(from[i].second, to[i].second);
   captured.graph->replay();
   StepStats stats;

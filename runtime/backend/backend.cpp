@@ -93,4 +93,15 @@ void Backend::unsupported(const char* op) const {
                              " kernel (device ", Device(const_cast<Backend*>(this)).str(), ")"));
 }
 
+std::unique_ptr<DeviceGraph> capture_graph(Backend& backend, const std::function<void()>& work) {
+  backend.begin_capture();
+  try {
+    work();
+    return backend.end_capture();
+  } catch (...) {
+    backend.abort_capture();
+    throw;
+  }
+}
+
 }  // namespace dp

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -421,5 +422,9 @@ class Backend {
   // For kernels a backend does not provide: throws "<op>: no <CPU|CUDA> kernel (device ...)".
   [[noreturn]] void unsupported(const char* op) const;
 };
+
+// Records `work` on `backend` as a graph (begin_capture, work, end_capture); a throw from work or
+// from the capture abandons the capture (abort_capture) and propagates.
+std::unique_ptr<DeviceGraph> capture_graph(Backend& backend, const std::function<void()>& work);
 
 }  // namespace dp

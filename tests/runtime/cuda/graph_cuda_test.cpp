@@ -5,6 +5,7 @@
 // tests/runtime/backend/block_arena_test.cpp, on any machine.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,18 +33,7 @@ class CudaGraphTest : public testing::GpuTest {
  protected:
   cuda::CudaBackend& backend() { return static_cast<cuda::CudaBackend&>(gpu_.backend()); }
 
-  // Captures `work` (abandoning the capture if it throws).
-  template <typename F>
-  std::unique_ptr<DeviceGraph> capture(F&& work) {
-    backend().begin_capture();
-    try {
-      work();
-      return backend().end_capture();
-    } catch (...) {
-      backend().abort_capture();
-      throw;
-    }
-  }
+  std::unique_ptr<DeviceGraph> capture(const std::function<void()>& work) { return capture_graph(backend(), work); }
   std::vector<float> host(const Tensor& t) { return t.to(cpu_).to_vector<float>(); }
   void set(const Tensor& dst, const std::vector<float>& values) {
     backend().copy(from_vector<float>(values, dst.shape(), gpu_), dst);
