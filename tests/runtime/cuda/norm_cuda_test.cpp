@@ -83,8 +83,20 @@ class NormCudaTest : public testing::GpuTest {
     bool training = true;
     bool weight = true, bias = true, running = true;
     bool want_dx = true, want_dweight = true, want_dbias = true;
+    bool channels_last = false;  // the GPU's x, dy, y, dx NHWC in memory (4-D); the CPU's stay NCHW
     double eps = 1e-5, momentum = 0.1;
   };
+
+  // `host` on the GPU, NHWC in memory when `channels_last`.
+  Tensor to_gpu_as(const Tensor& host, bool channels_last) {
+    if (!channels_last) return to_gpu(host);
+    Tensor t = Tensor::empty(host.shape(), host.dtype(), gpu_, MemoryFormat::ChannelsLast);
+    t.copy_(host);
+    return t;
+  }
+  Tensor empty_gpu(const Shape& shape, DType dtype, bool channels_last) {
+    return Tensor::empty(shape, dtype, gpu_, channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+  }
 
   // Runs forward then backward on the CPU (everything in the reference dtype: case.dtype, or
   // float32 when the GPU gets float32 parameters with half x, on x rounded to case.dtype) and
@@ -116,9 +128,10 @@ class NormCudaTest : public testing::GpuTest {
     cpu().batch_norm_forward(x_c, w_c, b_c, rm_c, rv_c, y_c, sm_c, si_c, c.training, c.momentum, c.eps);
 
     // GPU.
-    Tensor x_g = to_gpu(x), dy_g = to_gpu(dy), w_g = to_gpu(w), b_g = to_gpu(b);
+    Tensor x_g = to_gpu_as(x, c.channels_last), dy_g = to_gpu_as(dy, c.channels_last);
+    Tensor w_g = to_gpu(w), b_g = to_gpu(b);
     Tensor rm_g = to_gpu(rm), rv_g = to_gpu(rv);
-    Tensor y_g = Tensor::empty(c.shape, c.dtype, gpu_);
+    Tensor y_g = empty_gpu(c.shape, c.dtype, c.channels_last);
     Tensor sm_g, si_g;
     if (c.training) {
       sm_g = Tensor::empty({C}, c.param_dtype, gpu_);
@@ -153,7 +166,7 @@ class NormCudaTest : public testing::GpuTest {
     // The CPU reads the saved statistics as the GPU does: rounded to the GPU's parameter dtype.
     Tensor bm_ref = to_cpu(bm_g).to(ref), bi_ref = to_cpu(bi_g).to(ref);
     cpu().batch_norm_backward(dy_c, x_c, w_c, bm_ref, bi_ref, dx_c, dw_c, db_c, c.training);
-    Tensor dx_g = c.want_dx ? Tensor::empty(c.shape, c.dtype, gpu_) : Tensor();
+    Tensor dx_g = c.want_dx ? empty_gpu(c.shape, c.dtype, c.channels_last) : Tensor();
     Tensor dw_g = c.want_dweight ? Tensor::empty({C}, c.param_dtype, gpu_) : Tensor();
     Tensor db_g = c.want_dbias ? Tensor::empty({C}, c.param_dtype, gpu_) : Tensor();
     gpu().batch_norm_backward(dy_g, x_g, w_g, bm_g, bi_g, dx_g, dw_g, db_g, c.training);
@@ -330,6 +343,25 @@ TEST_F(NormCudaTest, BatchNormLargeBatchUsesOwnKernels) {
   BnCase train;
   train.shape = {900001, 2};
   check_batch_norm(train, "[900001, 2] training");
+}
+
+// Channels-last x takes norm.cu's column kernels in every dtype: the elementwise ones keep a
+// column of V channels per thread (16-byte units when C·sizeof is a multiple of 16 — C = 40 —
+// else one channel — C = 3), and past about one GPU wave of units (2^18) a thread walks several
+// rows, whose coefficient reuse only large N·H·W reaches. Training and eval, every dtype,
+// float32 parameters for the half types as autocast gives them.
+TEST_F(NormCudaTest, BatchNormChannelsLastMatchesCpu) {
+  for (DType dtype : kFloatDtypes)
+    for (const Shape& shape : {Shape{2, 40, 5, 7}, Shape{128, 40, 24, 24}, Shape{3, 3, 5, 5}, Shape{64, 3, 48, 48}})
+      for (bool training : {true, false}) {
+        BnCase c;
+        c.shape = shape;
+        c.dtype = dtype;
+        c.param_dtype = dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype;
+        c.training = training;
+        c.channels_last = true;
+        check_batch_norm(c, name_of(dtype, shape) + " channels-last" + (training ? " training" : " eval"));
+      }
 }
 
 // The own kernels' sums are a fixed-order two-stage reduction: the same bits every run.
