@@ -39,10 +39,11 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Device
 
 Tensor BasicBlock::forward(const Tensor& x) {
   // x [N, in, H, W] → out [N, planes, H/s, W/s]; the shortcut matches out's shape
-  Tensor out = relu->forward(bn1->forward(conv1->forward(x)));
-  out = bn2->forward(conv2->forward(out));
+  // relu(bn(conv(x))) and relu(bn(conv(out)) + shortcut), each written by the batch-norm kernel
+  // (BatchNorm2d::forward_add_relu; torchvision's values, the `relu` module kept for its names).
+  Tensor out = bn1->forward_relu(conv1->forward(x));
   const Tensor shortcut = downsample ? downsample->forward(x) : x;
-  return relu->forward(add(out, shortcut));
+  return bn2->forward_add_relu(conv2->forward(out), shortcut);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Device device, Generator& gen) {
@@ -60,11 +61,11 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Device
 
 Tensor Bottleneck::forward(const Tensor& x) {
   // x [N, in, H, W] → [N, planes, H, W] → [N, planes, H/s, W/s] → out [N, 4·planes, H/s, W/s]
-  Tensor out = relu->forward(bn1->forward(conv1->forward(x)));
-  out = relu->forward(bn2->forward(conv2->forward(out)));
-  out = bn3->forward(conv3->forward(out));
+  // As BasicBlock: each bn → relu and bn3 → add → relu is one batch-norm kernel.
+  Tensor out = bn1->forward_relu(conv1->forward(x));
+  out = bn2->forward_relu(conv2->forward(out));
   const Tensor shortcut = downsample ? downsample->forward(x) : x;
-  return relu->forward(add(out, shortcut));
+  return bn3->forward_add_relu(conv3->forward(out), shortcut);
 }
 
 ResNet::ResNet(ResNetBlock block, const std::array<int64_t, 4>& blocks_per_layer, int64_t num_classes,
@@ -114,7 +115,7 @@ ResNet::ResNet(ResNetBlock block, const std::array<int64_t, 4>& blocks_per_layer
 Tensor ResNet::forward(const Tensor& x) {
   // x [N, C, H, W] → stem [N, 64, H/4, W/4] → layer4 [N, 512·expansion, H/32, W/32]
   // → pooled [N, 512·expansion] → [N, classes]
-  Tensor h = maxpool->forward(relu->forward(bn1->forward(conv1->forward(x))));
+  Tensor h = maxpool->forward(bn1->forward_relu(conv1->forward(x)));
   for (const std::shared_ptr<nn::Sequential>& layer : layers) h = layer->forward(h);
   return fc->forward(avgpool->forward(h).flatten(1));
 }

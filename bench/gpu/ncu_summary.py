@@ -75,7 +75,7 @@ def family(name):
     low = name.lower()
     if "batch_norm" in low or "batchnorm" in low or "bn_" in low:  # before cuDNN: its BN kernels
         return "batch norm"
-    if any(k in low for k in ("cudnn", "xmma", "cutlass", "implicit_convolve", "wgrad", "dgrad", "fprop")):
+    if any(k in low for k in ("cudnn", "xmma", "cutlass", "convolve", "wgrad", "dgrad", "fprop")):
         return "convolution / GEMM libraries (cuDNN, cuBLAS, CUTLASS)"
     if any(k in low for k in ("gemm", "cublas", "sm90_", "sm80_", "nvjet")):
         return "convolution / GEMM libraries (cuDNN, cuBLAS, CUTLASS)"

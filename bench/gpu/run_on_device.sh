@@ -683,7 +683,9 @@ profile_step() {
     return
   fi
   local nargs=(--profile-from-start off --metrics gpu__time_duration.sum --csv --page raw --target-processes all)
-  local pargs=(--only resnet50_224_b128 --precision bf16 --memory-format channels_last --warmup 10 --profile-steps 1)
+  # PROFILE_PRECISION (bf16 by default; fp16 or fp32) picks the step's precision on both sides.
+  local precision="${PROFILE_PRECISION:-bf16}"
+  local pargs=(--only resnet50_224_b128 --precision "$precision" --memory-format channels_last --warmup 10 --profile-steps 1)
   if copy="$(relocated_program train_step_bench 2>"$STAGE/profile_relocate.log")"; then
     limited "$STAGE/profile_dptrain.log" 120 "$ncu" "${nargs[@]}" --log-file "$STAGE/profile_dptrain.csv" \
       "$copy" --device cuda --tf32 "${pargs[@]}" || rc=$?
@@ -691,7 +693,7 @@ profile_step() {
     echo "relocating train_step_bench failed: $(cat "$STAGE/profile_relocate.log")" >"$STAGE/profile_dptrain.log"; rc=1
   fi
   limited "$STAGE/profile_torch.log" 120 "$ncu" "${nargs[@]}" --log-file "$STAGE/profile_torch.csv" \
-    env PYTHONUNBUFFERED=1 python3 "$GPU_DIR/torch_gpu_step.py" --only resnet50_224_b128 --precisions bf16 \
+    env PYTHONUNBUFFERED=1 python3 "$GPU_DIR/torch_gpu_step.py" --only resnet50_224_b128 --precisions "$precision" \
     --formats channels_last --warmup 10 --profile-steps 1 || trc=$?
   : >"$STAGE/profile_table.txt"
   for side in dptrain torch; do
@@ -893,7 +895,7 @@ prove() {
     echo "BERT-tiny on the demo corpus in bf16 (configs/bert_tiny.yaml --set run.device=cuda), by batching:"
     sed 's/^/  /' "$STAGE/packing_table.txt" 2>/dev/null || true
     echo
-    echo "ResNet-50 b128 bf16 channels-last, one step's kernels (ncu; both sides):"
+    echo "ResNet-50 b128 ${PROFILE_PRECISION:-bf16} channels-last, one step's kernels (ncu; both sides):"
     sed 's/^/  /' "$STAGE/profile_table.txt" 2>/dev/null || true
   } >"$summary"
   local f

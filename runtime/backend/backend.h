@@ -172,6 +172,14 @@ class DeviceGraph {
   virtual size_t node_count() const = 0;
 };
 
+// Batch norm forward's fused epilogue: y = relu(bn(x) + residual). residual: x's shape, dtype and
+// memory format, undefined for none; relu: clamp at 0 (NaN → 0, as the relu kernels). ResNet's
+// bn → relu and bn → add → relu then write y once instead of three times.
+struct BatchNormEpilogue {
+  Tensor residual;
+  bool relu = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -282,12 +290,13 @@ class Backend {
   // precision); statistics are computed in float32 or wider.
   // x [N, C, *]. Training: batch statistics, saved mean/invstd [C], running stats (optional in
   // training) updated in place with `momentum` (unbiased variance, as PyTorch). Eval: running
-  // stats; save_* unused (may be undefined). weight/bias [C] optional.
+  // stats; save_* unused (may be undefined). weight/bias [C] optional. The epilogue (residual add,
+  // relu) is applied to y in the same pass (BatchNormEpilogue).
   virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& running_mean, const Tensor& running_var,
                                   const Tensor& y, const Tensor& save_mean,
                                   const Tensor& save_invstd, bool training, double momentum,
-                                  double eps) { unsupported("batch_norm_forward"); }
+                                  double eps, const BatchNormEpilogue& epilogue) { unsupported("batch_norm_forward"); }
   // Gradients through batch statistics (training) or through the running stats (eval, when
   // save_mean/save_invstd hold running mean and 1/sqrt(var+eps)). dx, dweight, dbias each
   // optional: undefined ones are not computed.

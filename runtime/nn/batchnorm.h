@@ -34,6 +34,10 @@ class BatchNorm2d : public Module {
   // x [N, C, H, W] → same shape. Training: batch statistics, running stats updated in place
   // (running = (1 - momentum)·running + momentum·batch, unbiased variance). Eval: running stats.
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual) (residual undefined: relu(forward(x))), fused into the kernel that
+  // writes the output (dp::batch_norm_add_relu); with a synchroniser, the composition.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  Tensor forward_relu(const Tensor& x) { return forward_add_relu(x, Tensor()); }
 
   // NOTE [ Synchronised batch statistics ]: training-mode forwards go through `sync` when set;
   // nullptr returns to per-process statistics.
@@ -53,6 +57,9 @@ class BatchNorm2d : public Module {
   Tensor running_mean, running_var, num_batches_tracked;
 
  private:
+  // forward (fused = false) and forward_add_relu (fused = true).
+  Tensor normalize(const Tensor& x, bool fused, const Tensor& residual);
+
   std::shared_ptr<BatchNormSynchronizer> synchronizer_;
   bool running_stats_frozen_ = false;
 };

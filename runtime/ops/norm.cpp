@@ -51,12 +51,17 @@ void check_running_stat(const char* name, const Tensor& stat) {
   DP_CHECK(!stat.requires_grad(), "batch_norm: ", name, " is a buffer updated in place and must not require grad");
 }
 
-}  // namespace
+// t as the pointwise kernels see a tensor of `format`: itself, or NHWC-contiguous as [N, H, W, C].
+Tensor dense_view(const Tensor& t, MemoryFormat format) {
+  return format == MemoryFormat::ChannelsLast ? t.permute({0, 2, 3, 1}) : t;
+}
 
-// x [N, C, *]; weight, bias, running_mean, running_var [C]; y like x.
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
-  constexpr const char* op = "batch_norm";
+// batch_norm, and batch_norm_add_relu's fused form: y = relu(bn(x) + residual) with the epilogue
+// applied by the kernel writing y (residual undefined: none; relu false: no clamp). The caller
+// has checked that a residual matches x (shape, dtype, device).
+Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                const Tensor& running_mean, const Tensor& running_var, bool training,
+                                double momentum, double eps, const Tensor& residual, bool relu) {
   check_floating(op, x);
   DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *] with at least 2 dims, got ", x.str());
   const int64_t C = x.size(1);
@@ -74,10 +79,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   check_running_stat("running_mean", running_mean);
   check_running_stat("running_var", running_var);
 
-  // A channels-last input is normalised as it lies (NOTE [ Channels-last ]); y and the
-  // gradients keep its format.
+  // A channels-last input is normalised as it lies (NOTE [ Channels-last ]); y, the residual and
+  // the gradients keep its format.
   const MemoryFormat format = x.suggest_memory_format();
   Tensor xc = x.detach().contiguous(format);
+  Tensor rc = residual.defined() ? residual.detach().contiguous(format) : Tensor();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), format);
   Tensor save_mean, save_invstd;
   if (training) {
@@ -87,7 +93,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   Tensor w = optional_operand(weight, channels), b = optional_operand(bias, channels);
   if (x.numel() > 0)
     x.device().backend().batch_norm_forward(xc, w, b, running_mean, running_var, y, save_mean, save_invstd,
-                                            training, momentum, eps);
+                                            training, momentum, eps, BatchNormEpilogue{rc, relu});
   if (training && running_mean.defined()) {
     // Updated in place by the kernel, outside autograd: bump the versions so a stale saved copy
     // of a running stat is caught.
@@ -95,7 +101,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     running_var.bump_version();
   }
 
-  if (any_requires_grad({&x, &weight, &bias})) {
+  if (any_requires_grad({&x, &weight, &bias, &residual})) {
     if (!training) {
       // Eval backward treats the running statistics as constants (see the kernel's contract).
       NoGradGuard no_grad;
@@ -103,20 +109,54 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       save_invstd = rsqrt(running_var.detach() + eps);
     }
     SavedTensor sx(xc), sw(w), smean(save_mean), sinvstd(save_invstd);
+    // relu's mask is y > 0 (y = relu(...)), as relu's own backward reads it.
+    SavedTensor sy = relu ? SavedTensor(y) : SavedTensor();
     const DType weight_dtype = dtype_or(weight, x.dtype()), bias_dtype = dtype_or(bias, x.dtype());
-    record(op, y, {x, weight, bias}, [=](const Tensor& g, const Node& n) {
-      // g, dx [N, C, *] in x's dtype; dweight, dbias [C] in the parameters' dtypes
+    record(op, y, {x, weight, bias, residual}, [=](const Tensor& g, const Node& n) {
+      // g, dx, dresidual [N, C, *] in x's dtype; dweight, dbias [C] in the parameters' dtypes
       Tensor saved_x = sx.get(op);
+      Tensor gy = g.contiguous(format);
+      if (relu && saved_x.numel() > 0) {
+        // The gradient of y's pre-relu value, which is also the residual's (y = relu(bn + r)).
+        Tensor saved_y = sy.get(op);
+        Tensor masked = Tensor::empty(gy.shape(), gy.dtype(), gy.device(), format);
+        saved_x.device().backend().unary_backward(UnaryOp::Relu, dense_view(saved_y, format),
+                                                  dense_view(saved_y, format), dense_view(gy, format),
+                                                  dense_view(masked, format));
+        gy = masked;
+      }
       Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x.dtype(), saved_x, format);
       Tensor dweight = grad_buffer_if_needed(n, 1, channels, weight_dtype, saved_x);
       Tensor dbias = grad_buffer_if_needed(n, 2, channels, bias_dtype, saved_x);
       if (saved_x.numel() > 0)
-        saved_x.device().backend().batch_norm_backward(g.contiguous(format), saved_x, sw.get(op), smean.get(op),
-                                                       sinvstd.get(op), dx, dweight, dbias, training);
-      return std::vector<Tensor>{dx, dweight, dbias};
+        saved_x.device().backend().batch_norm_backward(gy, saved_x, sw.get(op), smean.get(op), sinvstd.get(op), dx,
+                                                       dweight, dbias, training);
+      Tensor dresidual = n.needs_input_grad(3) ? gy : Tensor();
+      return std::vector<Tensor>{dx, dweight, dbias, dresidual};
     });
   }
   return y;
+}
+
+}  // namespace
+
+// x [N, C, *]; weight, bias, running_mean, running_var [C]; y like x.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_with_epilogue("batch_norm", x, weight, bias, running_mean, running_var, training, momentum,
+                                  eps, Tensor(), /*relu=*/false);
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
+                           double eps) {
+  constexpr const char* op = "batch_norm_add_relu";
+  const bool fusable = !residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype() &&
+                                               residual.device() == x.device());
+  if (!fusable)  // broadcasting, type promotion or a device error: the composition handles (or reports) them
+    return relu(add(batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps), residual));
+  return batch_norm_with_epilogue(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                                  residual, /*relu=*/true);
 }
 
 // x [*, normalized_shape]; weight, bias [normalized_shape]; the kernel sees x as [M, N] with

@@ -82,6 +82,24 @@ void affine_run(const T* in, T* out, int64_t n, C mean, C scale, C shift) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>((static_cast<C>(in[i]) - mean) * scale + shift);
 }
 
+// Batch norm's fused epilogue (BatchNormEpilogue) on a value in C: + residual, then relu (NaN → 0,
+// as the relu kernels). Compile-time flags keep the loops without one vectorised as before.
+template <bool kResidual, bool kRelu, typename C, typename T>
+inline C apply_epilogue(C v, const T* residual, int64_t i) {
+  if constexpr (kResidual) v += static_cast<C>(residual[i]);
+  if constexpr (kRelu) v = v > C(0) ? v : C(0);
+  return v;
+}
+
+// Calls fn(std::bool_constant<residual>{}, std::bool_constant<relu>{}).
+template <typename Fn>
+void dispatch_epilogue(bool residual, bool relu, Fn&& fn) {
+  if (residual && relu) fn(std::true_type{}, std::true_type{});
+  else if (residual) fn(std::true_type{}, std::false_type{});
+  else if (relu) fn(std::false_type{}, std::true_type{});
+  else fn(std::false_type{}, std::false_type{});
+}
+
 // x viewed as [N, C, S]: the S-element run of sample n in channel c. A channels-last x
 // [N, C, H, W] is [N·H·W, C, 1] (NOTE [ Channels-last ]): runs of one element, rows of C.
 struct ChannelLayout {
@@ -181,16 +199,22 @@ T* mutable_data_or_null(const Tensor& t) {
 
 }  // namespace
 
-// x, y [N, C, *] contiguous; weight, bias, running_mean, running_var, save_mean, save_invstd [C].
-// Two passes in memory order (NOTE [ Batch norm memory order ]): statistics, then y.
+// x, y, epilogue.residual [N, C, *] contiguous (or all channels-last); weight, bias, running_mean,
+// running_var, save_mean, save_invstd [C]. Two passes in memory order (NOTE [ Batch norm memory
+// order ]): statistics, then y with the epilogue.
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     const Tensor& running_mean, const Tensor& running_var,
                                     const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                                    bool training, double momentum, double eps) {
+                                    bool training, double momentum, double eps, const BatchNormEpilogue& epilogue) {
   DP_ASSERT(x.dim() >= 2);
   DP_ASSERT(training ? (save_mean.defined() && save_invstd.defined())
                      : (running_mean.defined() && running_var.defined()));
-  const ChannelLayout L("batch_norm_forward", {&x, &y});
+  const Tensor& residual = epilogue.residual;
+  DP_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype() &&
+                                   residual.device() == x.device()),
+           "batch_norm_forward: residual ", residual.str(), " must match the input ", x.str());
+  const ChannelLayout L = residual.defined() ? ChannelLayout("batch_norm_forward", {&x, &y, &residual})
+                                             : ChannelLayout("batch_norm_forward", {&x, &y});
   const double count = L.count();
   // Running variance uses the unbiased batch variance, as PyTorch (the output uses the biased one).
   const double unbias = count > 1 ? count / (count - 1) : 1.0;
@@ -205,6 +229,7 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
     using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
+    const T* rp = data_or_null<T>(residual);
     const P* w = data_or_null<P>(weight_p);
     const P* b = data_or_null<P>(bias_p);
     P* rm = mutable_data_or_null<P>(running_mean_p);
@@ -220,7 +245,7 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
         if (L.S == 1) add_moments_by_rows(L, block, xp, moments);
         else block.for_each_run(L, [&](int64_t c, int64_t off) { moments[c - block.begin].add(xp + off, L.S); });
       }
-      // Per channel: y = (x - mean)·scale + shift.
+      // Per channel: y = epilogue((x - mean)·scale + shift).
       std::vector<C> mean_c(block.size()), scale_c(block.size()), shift_c(block.size());
       for (int64_t c = block.begin; c < block.end; ++c) {
         double mean, invstd;
@@ -242,21 +267,37 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
         scale_c[i] = static_cast<C>(invstd * (w ? static_cast<double>(w[c]) : 1.0));
         shift_c[i] = b ? static_cast<C>(b[c]) : C(0);
       }
-      if (L.S == 1) {
-        const C *mc = mean_c.data(), *sc = scale_c.data(), *hc = shift_c.data();
-        const int64_t nb = block.size();
-        block.for_each_row(L, [&](int64_t off) {
-          const T* in = xp + off;
-          T* out = yp + off;
+      dispatch_epilogue(rp != nullptr, epilogue.relu, [&](auto has_residual, auto relu) {
+        constexpr bool kResidual = decltype(has_residual)::value, kRelu = decltype(relu)::value;
+        if (L.S == 1) {
+          const C *mc = mean_c.data(), *sc = scale_c.data(), *hc = shift_c.data();
+          const int64_t nb = block.size();
+          block.for_each_row(L, [&](int64_t off) {
+            const T* in = xp + off;
+            const T* res = kResidual ? rp + off : nullptr;
+            T* out = yp + off;
 #pragma omp simd
-          for (int64_t i = 0; i < nb; ++i) out[i] = static_cast<T>((static_cast<C>(in[i]) - mc[i]) * sc[i] + hc[i]);
-        });
-      } else {
-        block.for_each_run(L, [&](int64_t c, int64_t off) {
-          const int64_t i = c - block.begin;
-          affine_run(xp + off, yp + off, L.S, mean_c[i], scale_c[i], shift_c[i]);
-        });
-      }
+            for (int64_t i = 0; i < nb; ++i)
+              out[i] = static_cast<T>(
+                  apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mc[i]) * sc[i] + hc[i], res, i));
+          });
+        } else if (!kResidual && !kRelu) {
+          block.for_each_run(L, [&](int64_t c, int64_t off) {
+            const int64_t i = c - block.begin;
+            affine_run(xp + off, yp + off, L.S, mean_c[i], scale_c[i], shift_c[i]);
+          });
+        } else {
+          block.for_each_run(L, [&](int64_t c, int64_t off) {
+            const C mean = mean_c[c - block.begin], scale = scale_c[c - block.begin], shift = shift_c[c - block.begin];
+            const T* in = xp + off;
+            const T* res = kResidual ? rp + off : nullptr;
+            T* out = yp + off;
+#pragma omp simd
+            for (int64_t i = 0; i < L.S; ++i)
+              out[i] = static_cast<T>(apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mean) * scale + shift, res, i));
+          });
+        }
+      });
     }
   });
   f.finish();

@@ -210,7 +210,7 @@ class CudaBackend final : public Backend {
   void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                           const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                           const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                          double momentum, double eps) override;
+                          double momentum, double eps, const BatchNormEpilogue& epilogue) override;
   void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
                            const Tensor& dweight, const Tensor& dbias, bool training) override;

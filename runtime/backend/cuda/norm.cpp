@@ -18,7 +18,8 @@
 //     (running stats, save_*, dweight, dbias) cast back in place;
 //   - N <= 880801 (training) or N <= 65535 (eval), PyTorch's limits for the spatial mode, and
 //     x.numel() fits the descriptors' int;
-//   - forward: eps >= CUDNN_BN_MIN_EPSILON (cuDNN refuses a smaller one);
+//   - forward: eps >= CUDNN_BN_MIN_EPSILON (cuDNN refuses a smaller one), and no fused epilogue
+//     (BatchNormEpilogue: residual add, relu), which the legacy API cannot apply;
 //   - backward: training mode and dx wanted. Eval-mode backward (the statistics are constants)
 //     and parameter-only gradients are norm.cu's reductions.
 // Semantics, as the CPU backend: running stats updated with `momentum` as cuDNN's
@@ -208,9 +209,11 @@ constexpr double kBackwardEpsilon = CUDNN_BN_MIN_EPSILON > 1e-5 ? CUDNN_BN_MIN_E
 void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                                      const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                                     double momentum, double eps) {
+                                     double momentum, double eps, const BatchNormEpilogue& epilogue) {
   constexpr const char* op = "batch_norm_forward";
-  for (const Tensor* t : {&x, &weight, &bias, &running_mean, &running_var, &y, &save_mean, &save_invstd})
+  const Tensor& residual = epilogue.residual;
+  for (const Tensor* t :
+       {&x, &weight, &bias, &running_mean, &running_var, &y, &save_mean, &save_invstd, &residual})
     if (t->defined()) check_operand(op, *t);
   check_supported(Kernel::BatchNormForward, x.dtype());
   DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *], got ", x.str());
@@ -220,7 +223,10 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
            ": give both running_mean and running_var, or neither");
   DP_CHECK(training ? (save_mean.defined() && save_invstd.defined()) : running_mean.defined(), op,
            training ? ": training needs save_mean and save_invstd" : ": eval needs running_mean and running_var");
-  const BatchNormProblem q = batch_norm_problem(op, {&x, &y});
+  DP_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()), op,
+           ": residual ", residual.str(), " must match the input ", x.str());
+  const BatchNormProblem q =
+      residual.defined() ? batch_norm_problem(op, {&x, &y, &residual}) : batch_norm_problem(op, {&x, &y});
   const BatchNormShape s = q.kernel;
   for (auto [name, t] : {std::pair{"weight", &weight}, {"bias", &bias}, {"running_mean", &running_mean},
                          {"running_var", &running_var}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd}})
@@ -228,7 +234,9 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
   if (x.numel() == 0) return;
   activate();
 
-  const bool use_cudnn = eps >= CUDNN_BN_MIN_EPSILON && cudnn_batch_norm_ok(x, q, training);
+  // cuDNN's legacy API has no epilogue: a fused one takes norm.cu's kernels, one pass over y.
+  const bool fused = residual.defined() || epilogue.relu;
+  const bool use_cudnn = !fused && eps >= CUDNN_BN_MIN_EPSILON && cudnn_batch_norm_ok(x, q, training);
   ParamOperands params(*this, use_cudnn ? acc_dtype(x.dtype())
                                         : choose_param_dtype(x.dtype(), {&weight, &bias, &running_mean, &running_var,
                                                                          &save_mean, &save_invstd}));
@@ -270,6 +278,8 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
     BatchNormForwardArgs args;
     args.x = x.raw_data();
     args.y = y.raw_data();
+    args.residual = ptr_or_null(residual);
+    args.relu = epilogue.relu;
     args.weight = ptr_or_null(w);
     args.bias = ptr_or_null(b);
     args.running_mean = ptr_or_null(rmean);

@@ -263,12 +263,29 @@ __global__ void bn_forward_finalize_kernel(const T* __restrict__ x, const acc_t<
   }
 }
 
-// x, y [N, C, S] with S = Sv·V (units = N·C·Sv); coef [C, 4] (mean, scale, shift):
-// y = (x - mean)·scale + shift. Grid-stride over units; the channel is tracked incrementally.
+// The forward's epilogue on one unit: v += residual (when given), then relu (when asked; NaN → 0
+// as ReluFn in pointwise.cu). In acc_t: the sum is rounded once, into y.
+template <typename T, int V, typename A>
+__device__ __forceinline__ void bn_epilogue(A (&v)[V], const T* __restrict__ residual, int64_t off, bool relu) {
+  if (residual) {
+    T r[V];
+    load_units<T, V>(residual + off, r);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] += convert<A>(r[e]);
+  }
+  if (relu) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = v[e] > A(0) ? v[e] : A(0);
+  }
+}
+
+// x, y, residual [N, C, S] with S = Sv·V (units = N·C·Sv); coef [C, 4] (mean, scale, shift):
+// y = epilogue((x - mean)·scale + shift). Grid-stride over units; the channel is tracked
+// incrementally.
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restrict__ coef, int64_t C,
-                    int64_t Sv, int64_t units) {
+                    int64_t Sv, int64_t units, const T* __restrict__ residual, bool relu) {
   using A = acc_t<T>;
   int64_t i = first_index();
   if (i >= units) return;
@@ -279,9 +296,13 @@ __global__ void __launch_bounds__(kBlock)
   for (; i < units; i += step) {
     const A mean = coef[c * 4], scale = coef[c * 4 + 1], shift = coef[c * 4 + 2];
     T v[V];
+    A a[V];
     load_units<T, V>(x + i * V, v);
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = convert<T>((convert<A>(v[e]) - mean) * scale + shift);
+    for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[e]) - mean) * scale + shift;
+    bn_epilogue<T, V>(a, residual, i * V, relu);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = convert<T>(a[e]);
     store_units<T, V>(y + i * V, v);
     // (s, c) of i + step: c + step_c + 1 <= 2C - 1, so one wrap suffices.
     s += step_s;
@@ -294,7 +315,7 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// S = 1 (channels-last, or [N, C]): x, y [R, C] with C = Cv·V. The launch runs `threads` threads,
+// S = 1 (channels-last, or [N, C]): x, y, residual [R, C] with C = Cv·V; y = epilogue(bn(x)). The launch runs `threads` threads,
 // a multiple of Cv, so thread t owns unit column u = t % Cv for its whole life: it reads its V
 // channels' coefficients once and walks rows r = t / Cv, t / Cv + threads / Cv, ... The generic
 // kernel, walking [N, C, 1] with a channel per element, reads the coefficients for every element
@@ -303,7 +324,7 @@ __global__ void __launch_bounds__(kBlock)
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_apply_columns_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restrict__ coef,
-                            int64_t R, int64_t Cv, int64_t threads) {
+                            int64_t R, int64_t Cv, int64_t threads, const T* __restrict__ residual, bool relu) {
   using A = acc_t<T>;
   const int64_t t = first_index();
   if (t >= threads) return;
@@ -319,9 +340,13 @@ __global__ void __launch_bounds__(kBlock)
   for (int64_t r = t / Cv; r < R; r += row_step) {
     const int64_t off = (r * Cv + u) * V;
     T v[V];
+    A a[V];
     load_units<T, V>(x + off, v);
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = convert<T>((convert<A>(v[e]) - mean[e]) * scale[e] + shift[e]);
+    for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[e]) - mean[e]) * scale[e] + shift[e];
+    bn_epilogue<T, V>(a, residual, off, relu);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = convert<T>(a[e]);
     store_units<T, V>(y + off, v);
   }
 }
@@ -770,19 +795,24 @@ cudaError_t launch_batch_norm_forward(const BatchNormForwardArgs& args, DType dt
         x, partial, ws.splits, static_cast<const P*>(args.weight), static_cast<const P*>(args.bias),
         static_cast<P*>(args.running_mean), static_cast<P*>(args.running_var), static_cast<P*>(args.save_mean),
         static_cast<P*>(args.save_invstd), coef, C, S, count, training, momentum, eps);
-    const int64_t col_vec = bn_vectorizable<T>(C, {args.x, args.y}) ? kVec<T> : 1;
+    const T* residual = static_cast<const T*>(args.residual);
+    const bool relu = args.relu;
+    const int64_t col_vec = bn_vectorizable<T>(C, {args.x, args.y, args.residual}) ? kVec<T> : 1;
     const int64_t col_threads = S == 1 ? bn_column_threads(N, C / col_vec) : 0;
     if (col_threads > 0) {
       const unsigned blocks = static_cast<unsigned>(ceil_div(col_threads, kBlock));
       if (col_vec > 1)
-        bn_apply_columns_kernel<T, kVec<T>><<<blocks, kBlock, 0, stream>>>(x, y, coef, N, C / col_vec, col_threads);
+        bn_apply_columns_kernel<T, kVec<T>>
+            <<<blocks, kBlock, 0, stream>>>(x, y, coef, N, C / col_vec, col_threads, residual, relu);
       else
-        bn_apply_columns_kernel<T, 1><<<blocks, kBlock, 0, stream>>>(x, y, coef, N, C, col_threads);
-    } else if (vec) {
+        bn_apply_columns_kernel<T, 1><<<blocks, kBlock, 0, stream>>>(x, y, coef, N, C, col_threads, residual, relu);
+    } else if (bn_vectorizable<T>(S, {args.x, args.y, args.residual})) {
       const int64_t units = N * C * S / kVec<T>;
-      bn_apply_kernel<T, kVec<T>><<<blocks_for(units), kBlock, 0, stream>>>(x, y, coef, C, S / kVec<T>, units);
+      bn_apply_kernel<T, kVec<T>>
+          <<<blocks_for(units), kBlock, 0, stream>>>(x, y, coef, C, S / kVec<T>, units, residual, relu);
     } else {
-      bn_apply_kernel<T, 1><<<blocks_for(N * C * S), kBlock, 0, stream>>>(x, y, coef, C, S, N * C * S);
+      bn_apply_kernel<T, 1>
+          <<<blocks_for(N * C * S), kBlock, 0, stream>>>(x, y, coef, C, S, N * C * S, residual, relu);
     }
   });
 }

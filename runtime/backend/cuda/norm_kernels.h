@@ -28,10 +28,13 @@ struct BatchNormShape {
 
 // x, y [N, C, S]; the rest [C] in param_dtype. weight/bias null: ones/zeros. Training: running
 // stats null → not updated; save_mean/save_invstd required. Eval: running stats required,
-// save_* unused.
+// save_* unused. Epilogue, in the same pass: y = relu(bn(x) + residual), residual [N, C, S] like
+// x (null: none), relu off: no clamp.
 struct BatchNormForwardArgs {
   const void* x = nullptr;
   void* y = nullptr;
+  const void* residual = nullptr;
+  bool relu = false;
   const void* weight = nullptr;
   const void* bias = nullptr;
   void* running_mean = nullptr;

@@ -84,8 +84,20 @@ class NormCudaTest : public testing::GpuTest {
     bool weight = true, bias = true, running = true;
     bool want_dx = true, want_dweight = true, want_dbias = true;
     bool channels_last = false;  // the GPU's x, dy, y, dx NHWC in memory (4-D); the CPU's stay NCHW
+    bool residual = false, relu = false;  // the forward's epilogue (BatchNormEpilogue)
     double eps = 1e-5, momentum = 0.1;
   };
+
+  // A case as autocast gives it: float32 parameters for the half types, x's dtype otherwise.
+  static BnCase autocast_case(const Shape& shape, DType dtype, bool training, bool channels_last) {
+    BnCase c;
+    c.shape = shape;
+    c.dtype = dtype;
+    c.param_dtype = dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype;
+    c.training = training;
+    c.channels_last = channels_last;
+    return c;
+  }
 
   // `host` on the GPU, NHWC in memory when `channels_last`.
   Tensor to_gpu_as(const Tensor& host, bool channels_last) {
@@ -107,6 +119,7 @@ class NormCudaTest : public testing::GpuTest {
     const DType ref = c.param_dtype == c.dtype ? c.dtype : kFloat32;
     const double tol = tolerance(c.dtype);
     Tensor x = uniform(c.shape, c.dtype), dy = uniform(c.shape, c.dtype, -1.0, 1.0);
+    Tensor res = c.residual ? uniform(c.shape, c.dtype, -1.5, 1.5) : Tensor();
     Tensor w = c.weight ? uniform({C}, c.param_dtype, 0.5, 1.5) : Tensor();
     Tensor b = c.bias ? uniform({C}, c.param_dtype, -0.5, 0.5) : Tensor();
     Tensor rm, rv;
@@ -125,7 +138,8 @@ class NormCudaTest : public testing::GpuTest {
       sm_c = Tensor::empty({C}, ref, cpu_);
       si_c = Tensor::empty({C}, ref, cpu_);
     }
-    cpu().batch_norm_forward(x_c, w_c, b_c, rm_c, rv_c, y_c, sm_c, si_c, c.training, c.momentum, c.eps);
+    cpu().batch_norm_forward(x_c, w_c, b_c, rm_c, rv_c, y_c, sm_c, si_c, c.training, c.momentum, c.eps,
+                             BatchNormEpilogue{as_ref(res), c.relu});
 
     // GPU.
     Tensor x_g = to_gpu_as(x, c.channels_last), dy_g = to_gpu_as(dy, c.channels_last);
@@ -137,7 +151,8 @@ class NormCudaTest : public testing::GpuTest {
       sm_g = Tensor::empty({C}, c.param_dtype, gpu_);
       si_g = Tensor::empty({C}, c.param_dtype, gpu_);
     }
-    gpu().batch_norm_forward(x_g, w_g, b_g, rm_g, rv_g, y_g, sm_g, si_g, c.training, c.momentum, c.eps);
+    gpu().batch_norm_forward(x_g, w_g, b_g, rm_g, rv_g, y_g, sm_g, si_g, c.training, c.momentum, c.eps,
+                             BatchNormEpilogue{res.defined() ? to_gpu_as(res, c.channels_last) : Tensor(), c.relu});
 
     expect_close(y_g, y_c, tol, "y");
     const double stat_tol = tolerance(c.param_dtype == c.dtype ? c.dtype : kFloat32);
@@ -354,14 +369,29 @@ TEST_F(NormCudaTest, BatchNormChannelsLastMatchesCpu) {
   for (DType dtype : kFloatDtypes)
     for (const Shape& shape : {Shape{2, 40, 5, 7}, Shape{128, 40, 24, 24}, Shape{3, 3, 5, 5}, Shape{64, 3, 48, 48}})
       for (bool training : {true, false}) {
-        BnCase c;
-        c.shape = shape;
-        c.dtype = dtype;
-        c.param_dtype = dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype;
-        c.training = training;
-        c.channels_last = true;
+        const BnCase c = autocast_case(shape, dtype, training, /*channels_last=*/true);
         check_batch_norm(c, name_of(dtype, shape) + " channels-last" + (training ? " training" : " eval"));
       }
+}
+
+// The forward's epilogue (residual add, relu) in every apply kernel: NCHW runs of 16-byte units
+// (which cuDNN would otherwise take for float32/float16) and of single elements, channels-last
+// columns of both widths with several rows per thread; training and eval, every dtype.
+TEST_F(NormCudaTest, BatchNormEpilogueMatchesCpu) {
+  for (DType dtype : kFloatDtypes)
+    for (const auto& [shape, channels_last] :
+         {std::pair{Shape{8, 6, 4, 8}, false}, {Shape{4, 3, 37}, false}, {Shape{2, 40, 5, 7}, true},
+          {Shape{128, 40, 24, 24}, true}, {Shape{3, 3, 5, 5}, true}})
+      for (bool training : {true, false})
+        for (const auto& [residual, relu] : {std::pair{true, true}, {false, true}, {true, false}}) {
+          BnCase c = autocast_case(shape, dtype, training, channels_last);
+          c.residual = residual;
+          c.relu = relu;
+          c.want_dx = c.want_dweight = c.want_dbias = false;  // the backward has no epilogue
+          check_batch_norm(c, name_of(dtype, shape) + (channels_last ? " channels-last" : "") +
+                                  (training ? " training" : " eval") + (residual ? " +residual" : "") +
+                                  (relu ? " relu" : ""));
+        }
 }
 
 // The own kernels' sums are a fixed-order two-stage reduction: the same bits every run.
@@ -371,7 +401,7 @@ TEST_F(NormCudaTest, BatchNormOwnReductionsAreRepeatable) {
   Tensor w = to_gpu(uniform({7}, kBFloat16));
   Tensor y = Tensor::empty(shape, kBFloat16, gpu_);
   Tensor sm = Tensor::empty({7}, kBFloat16, gpu_), si = Tensor::empty({7}, kBFloat16, gpu_);
-  gpu().batch_norm_forward(x, w, Tensor(), Tensor(), Tensor(), y, sm, si, true, 0.1, 1e-5);
+  gpu().batch_norm_forward(x, w, Tensor(), Tensor(), Tensor(), y, sm, si, true, 0.1, 1e-5, {});
   std::vector<uint8_t> first_dx, first_dw;
   for (int run = 0; run < 3; ++run) {
     Tensor dx = Tensor::empty(shape, kBFloat16, gpu_), dw = Tensor::empty({7}, kBFloat16, gpu_);

@@ -176,6 +176,81 @@ TEST_F(NormTest, BatchNormErrors) {
                         "running_mean must be a contiguous buffer");
 }
 
+// ---- batch_norm_add_relu -----------------------------------------------------------------------
+
+// The fused epilogue gives the composition relu(batch_norm(x) + residual) bit for bit in float32 and
+// float64 — output, running statistics and every gradient (x, weight, bias, residual) — NCHW and
+// channels-last, training and eval, with and without a residual, serial and threaded (8·16·16·16
+// passes the parallel grain).
+TEST_F(NormTest, BatchNormAddReluIsTheCompositionBitForBit) {
+  for (DType dtype : {kFloat32, kFloat64})
+    for (bool channels_last : {false, true})
+      for (bool training : {true, false})
+        for (bool with_residual : {true, false})
+          for (const Shape& shape : {Shape{4, 3, 5, 5}, Shape{8, 16, 16, 16}}) {
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + (channels_last ? " channels-last " : " ") +
+                         (training ? "train " : "eval ") + (with_residual ? "+residual " : "") + shape_str(shape));
+            const int64_t C = shape[1];
+            const MemoryFormat format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+            Tensor x0 = constant(shape, -2, 3).to(dtype).contiguous(format);
+            Tensor r0 = constant(shape, -1.5, 1.5).to(dtype).contiguous(format);
+            Tensor w0 = constant({C}, 0.5, 1.5).to(dtype), b0 = constant({C}).to(dtype);
+            Tensor rm0 = constant({C}).to(dtype), rv0 = constant({C}, 0.5, 1.5).to(dtype);
+            Tensor upstream = constant(shape).to(dtype);
+            auto run = [&](bool fused) {
+              Tensor x = x0.clone().contiguous(format), r = r0.clone().contiguous(format), w = w0.clone(),
+                     b = b0.clone();
+              for (Tensor* t : {&x, &r, &w, &b}) t->set_requires_grad(true);
+              Tensor rm = rm0.clone(), rv = rv0.clone();
+              Tensor residual = with_residual ? r : Tensor();
+              Tensor y = fused ? batch_norm_add_relu(x, residual, w, b, rm, rv, training, kMomentum, kEps)
+                               : relu(with_residual ? add(batch_norm(x, w, b, rm, rv, training, kMomentum, kEps), r)
+                                                    : batch_norm(x, w, b, rm, rv, training, kMomentum, kEps));
+              EXPECT_EQ(y.suggest_memory_format(), format);
+              y.backward(upstream);
+              std::vector<std::vector<double>> out;
+              for (const Tensor& t : {y, x.grad(), w.grad(), b.grad(), rm, rv})
+                out.push_back(t.to(kFloat64).contiguous().to_vector<double>());
+              if (with_residual) out.push_back(r.grad().to(kFloat64).contiguous().to_vector<double>());
+              else EXPECT_FALSE(r.grad().defined());
+              return out;
+            };
+            EXPECT_EQ(run(true), run(false));
+          }
+}
+
+// Half types: rounded once (the composition rounds after the normalisation and after the add), so
+// close to the float64 composition rather than equal to the half one. Gradients through the mask
+// of the fused output.
+TEST_F(NormTest, BatchNormAddReluHalfTypesCloseToFloat64) {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Shape shape{4, 8, 6, 6};
+    Tensor x = constant(shape, -2, 3).to(dtype), r = constant(shape, -1.5, 1.5).to(dtype);
+    Tensor w = constant({8}, 0.5, 1.5).to(kFloat32), b = constant({8}).to(kFloat32);
+    Tensor y = batch_norm_add_relu(x, r, w, b, Tensor(), Tensor(), true, kMomentum, kEps);
+    EXPECT_EQ(y.dtype(), dtype);
+    Tensor want = relu(add(batch_norm(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), Tensor(), Tensor(), true,
+                                      kMomentum, kEps),
+                           r.to(kFloat64)));
+    EXPECT_TENSOR_NEAR("y", y.to(kFloat64), want, dtype == kBFloat16 ? 2e-2 : 4e-3);
+  }
+}
+
+// A residual that broadcasts or has another dtype runs as the composition (same result); a bad
+// one gets the composition's error.
+TEST_F(NormTest, BatchNormAddReluUnfusableResidualRunsTheComposition) {
+  Tensor x = constant({4, 3, 2, 2}), w = constant({3}, 0.5, 1.5), b = constant({3});
+  Tensor row = constant({1, 3, 1, 1});
+  Tensor fused = batch_norm_add_relu(x, row, w, b, Tensor(), Tensor(), true, kMomentum, kEps);
+  Tensor composed = relu(add(batch_norm(x, w, b, Tensor(), Tensor(), true, kMomentum, kEps), row));
+  EXPECT_EQ(fused.to_vector<double>(), composed.to_vector<double>());
+  Tensor f32 = constant({4, 3, 2, 2}).to(kFloat32);
+  EXPECT_EQ(batch_norm_add_relu(x, f32, w, b, Tensor(), Tensor(), true, kMomentum, kEps).dtype(), kFloat64);
+  EXPECT_ERROR_CONTAINS(batch_norm_add_relu(x, constant({4, 5}), w, b, Tensor(), Tensor(), true, kMomentum, kEps),
+                        "add");
+}
+
 // ---- layer_norm ------------------------------------------------------------------------------
 
 TEST_F(NormTest, LayerNormGradcheckOneAndTwoNormalizedDims) {

@@ -1,5 +1,5 @@
 // Op harness table: batch_norm (training and eval, affine or not, running stats or not, 2-D and
-// 4-D), layer_norm, softmax/log_softmax, attention_softmax, cross_entropy (reductions, label smoothing,
+// 4-D), batch_norm_add_relu (the fused epilogue), layer_norm, softmax/log_softmax, attention_softmax, cross_entropy (reductions, label smoothing,
 // ignore_index) and embedding (padding_idx).
 #include <string>
 #include <vector>
@@ -64,6 +64,50 @@ std::vector<OpCase> norm_loss_cases() {
           true);
   bn_case("batch_norm_train_plain_channels_last_odd", InputSpec("x", {2, 3, 7, 9}).channels_last(), true, false, false);
   bn_case("batch_norm_eval_affine_channels_last", InputSpec("x", {4, 5, 3, 3}).channels_last(), false, true, true);
+
+  // ---- batch_norm_add_relu: relu(batch_norm(x) + residual) with the epilogue in the kernel;
+  // inputs x, [residual], weight, bias, [running_mean, running_var] ----
+  const std::vector<Kernel> bark{Kernel::BatchNormForward, Kernel::BatchNormBackward, Kernel::Unary,
+                                 Kernel::UnaryBackward, Kernel::BinaryScalar};
+  // Gradcheck's loss Σ w·y (w in [0.5, 1.5)) no longer cancels as it does for batch_norm's
+  // zero-mean output: relu keeps it positive, ~0.5 per element, so ~2000 over the 4200-element
+  // cases, and its rounding (~1e-13) over the 2e-6 step puts ~1e-7 of noise in each numeric
+  // derivative (the plain composition shows the same). atol 1e-6 covers that noise.
+  const Tolerance bar_tol = bt.gradcheck(1e-6, 1e-5);
+  auto bn_add_relu_case = [&](const std::string& name, InputSpec x, bool residual, bool training, bool running) {
+    const int64_t C = x.shape[1];
+    std::vector<InputSpec> in{x};
+    if (residual) {
+      InputSpec r = x;
+      r.name = "residual";
+      in.push_back(r.range(-1.5, 1.5));
+    }
+    in.push_back(InputSpec("weight", {C}).positive());
+    in.push_back(InputSpec("bias", {C}));
+    if (running) {
+      in.push_back(InputSpec("running_mean", {C}).range(-0.5, 0.5).no_grad());
+      in.push_back(InputSpec("running_var", {C}).positive().no_grad());
+    }
+    cases.push_back({name, bark, in, [residual, training, running](const V& v) {
+                       const size_t w = residual ? 2 : 1;
+                       Tensor r = residual ? v[1] : Tensor();
+                       Tensor rm = running ? v[w + 2] : Tensor(), rv = running ? v[w + 3] : Tensor();
+                       Tensor y = kept_format(v[0], batch_norm_add_relu(v[0], r, v[w], v[w + 1], rm, rv, training,
+                                                                        kMomentum, kEps));
+                       return running ? V{y, rm, rv} : V{y};
+                     },
+                     true, bar_tol});
+  };
+  bn_add_relu_case("batch_norm_add_relu_train_running_4d", InputSpec("x", {4, 3, 5, 5}), true, true, true);
+  bn_add_relu_case("batch_norm_relu_train_4d_odd", InputSpec("x", {2, 3, 7, 9}).narrowed(), false, true, false);
+  bn_add_relu_case("batch_norm_add_relu_eval_2d", InputSpec("x", {9, 5}), true, false, true);
+  // Channels-last, 40 channels (16-byte columns in CUDA's kernels) and 3 (one-channel columns).
+  bn_add_relu_case("batch_norm_add_relu_train_channels_last", InputSpec("x", {3, 40, 5, 7}).channels_last(), true,
+                   true, true);
+  bn_add_relu_case("batch_norm_relu_train_channels_last_odd", InputSpec("x", {2, 3, 7, 9}).channels_last(), false,
+                   true, false);
+  bn_add_relu_case("batch_norm_add_relu_eval_channels_last", InputSpec("x", {4, 5, 3, 3}).channels_last(), true,
+                   false, true);
 
   // ---- layer_norm ----
   const std::vector<Kernel> lk{Kernel::LayerNormForward, Kernel::LayerNormBackward};
