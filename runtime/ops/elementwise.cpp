@@ -3,6 +3,7 @@
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
+#include "runtime/ops/kernel_view.h"
 #include "runtime/ops/reduce.h"
 
 namespace dp {
@@ -20,11 +21,6 @@ MemoryFormat result_format(const Shape& shape, std::initializer_list<const Tenso
     if (t->shape() == shape && t->suggest_memory_format() == MemoryFormat::ChannelsLast)
       return MemoryFormat::ChannelsLast;
   return MemoryFormat::Contiguous;
-}
-
-// t as the kernels see it for `format`: itself, or permuted to [N, H, W, C] (detached).
-Tensor kernel_view(const Tensor& t, MemoryFormat format) {
-  return format == MemoryFormat::ChannelsLast ? t.detach().permute({0, 2, 3, 1}) : t.detach();
 }
 
 // out = a op b with broadcasting; inputs are expanded (stride-0 views), never copied.

@@ -6,6 +6,7 @@
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/kernel_view.h"
 
 namespace dp {
 
@@ -49,11 +50,6 @@ void check_running_stat(const char* name, const Tensor& stat) {
   DP_CHECK(stat.is_contiguous(), "batch_norm: ", name, " must be a contiguous buffer (updated in place), got ",
            stat.str());
   DP_CHECK(!stat.requires_grad(), "batch_norm: ", name, " is a buffer updated in place and must not require grad");
-}
-
-// t as the pointwise kernels see a tensor of `format`: itself, or NHWC-contiguous as [N, H, W, C].
-Tensor dense_view(const Tensor& t, MemoryFormat format) {
-  return format == MemoryFormat::ChannelsLast ? t.permute({0, 2, 3, 1}) : t;
 }
 
 // batch_norm, and batch_norm_add_relu's fused form: y = relu(bn(x) + residual) with the epilogue
@@ -120,9 +116,9 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
         // The gradient of y's pre-relu value, which is also the residual's (y = relu(bn + r)).
         Tensor saved_y = sy.get(op);
         Tensor masked = Tensor::empty(gy.shape(), gy.dtype(), gy.device(), format);
-        saved_x.device().backend().unary_backward(UnaryOp::Relu, dense_view(saved_y, format),
-                                                  dense_view(saved_y, format), dense_view(gy, format),
-                                                  dense_view(masked, format));
+        saved_x.device().backend().unary_backward(UnaryOp::Relu, kernel_view(saved_y, format),
+                                                  kernel_view(saved_y, format), kernel_view(gy, format),
+                                                  kernel_view(masked, format));
         gy = masked;
       }
       Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x.dtype(), saved_x, format);

@@ -83,7 +83,7 @@ void affine_run(const T* in, T* out, int64_t n, C mean, C scale, C shift) {
 }
 
 // Batch norm's fused epilogue (BatchNormEpilogue) on a value in C: + residual, then relu (NaN → 0,
-// as the relu kernels). Compile-time flags keep the loops without one vectorised as before.
+// as the relu kernels). Compile-time flags: with neither, the value passes through unchanged.
 template <bool kResidual, bool kRelu, typename C, typename T>
 inline C apply_epilogue(C v, const T* residual, int64_t i) {
   if constexpr (kResidual) v += static_cast<C>(residual[i]);
@@ -281,11 +281,6 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
               out[i] = static_cast<T>(
                   apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mc[i]) * sc[i] + hc[i], res, i));
           });
-        } else if (!kResidual && !kRelu) {
-          block.for_each_run(L, [&](int64_t c, int64_t off) {
-            const int64_t i = c - block.begin;
-            affine_run(xp + off, yp + off, L.S, mean_c[i], scale_c[i], shift_c[i]);
-          });
         } else {
           block.for_each_run(L, [&](int64_t c, int64_t off) {
             const C mean = mean_c[c - block.begin], scale = scale_c[c - block.begin], shift = shift_c[c - block.begin];
@@ -294,7 +289,8 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
             T* out = yp + off;
 #pragma omp simd
             for (int64_t i = 0; i < L.S; ++i)
-              out[i] = static_cast<T>(apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mean) * scale + shift, res, i));
+              out[i] = static_cast<T>(
+                  apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mean) * scale + shift, res, i));
           });
         }
       });
