@@ -22,6 +22,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
 void AdamW::update(const DeviceStep& device) {
   NoGradGuard no_grad;
   std::vector<Tensor> counters;
+  std::vector<AdamwUpdateItem> items;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
     const Tensor& m = zeroed_buffer(g, i, "exp_avg");
     const Tensor& v = zeroed_buffer(g, i, "exp_avg_sq");
@@ -32,10 +33,11 @@ void AdamW::update(const DeviceStep& device) {
     p.beta2 = options_.beta2;
     p.eps = options_.eps;
     p.control = control_for(device, g, i);  // the step count and bias correction on the device
-    param.device().backend().adamw_update(param, grad, m, v, p);
     counters.push_back(p.control.step_count);
-    param.bump_version();
+    items.push_back({param, grad, m, v, p});
   });
+  if (!items.empty()) single_device_backend(items).adamw_update_multi(items);
+  for (const AdamwUpdateItem& it : items) it.param.bump_version();
   count_applied(counters, device.found_inf);
 }
 

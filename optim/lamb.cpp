@@ -55,6 +55,7 @@ void LAMB::update(const DeviceStep& device) {
 
   // Stage 1: moments and the update direction u.
   std::vector<Tensor> to_norm, counters;
+  std::vector<LambDirectionItem> directions;
   for (Item& it : items) {
     AdamParams p;
     p.lr = groups_[it.g].lr;
@@ -71,12 +72,13 @@ void LAMB::update(const DeviceStep& device) {
     const Tensor& m = zeroed_buffer(it.g, it.i, "exp_avg");
     const Tensor& v = zeroed_buffer(it.g, it.i, "exp_avg_sq");
     it.update = Tensor::empty(it.param.shape(), it.param.dtype(), dev);
-    backend.lamb_direction(it.param, it.grad, m, v, it.update, p);
+    directions.push_back({it.param, it.grad, m, v, it.update, p});
     if (it.ratio_index >= 0) {
       to_norm.push_back(it.param);
       to_norm.push_back(it.update);
     }
   }
+  backend.lamb_direction_multi(directions);
   // Stage 2: ‖w‖ and ‖u‖ in one pass; r = ‖w‖ / ‖u‖ (1 when either is 0) is LARS's trust ratio
   // with η = 1, λ = 0, ε = 0 — the same double arithmetic, bit for bit; then w ← w − lr·r·u.
   last_ratios_ = Tensor();
@@ -87,6 +89,7 @@ void LAMB::update(const DeviceStep& device) {
     backend.lars_trust_ratios(sq, /*weight_decay=*/0.0, /*eta=*/1.0, /*eps=*/0.0, last_ratios_);
   }
   last_ratio_index_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
+  std::vector<LambUpdateItem> updates;
   for (const Item& it : items) {
     last_ratio_index_[it.g][it.i] = static_cast<double>(it.ratio_index);
     LambUpdateParams p;
@@ -96,9 +99,10 @@ void LAMB::update(const DeviceStep& device) {
       p.trust_index = it.ratio_index;
     }
     p.control = control_for(device, it.g, it.i);
-    backend.lamb_update(it.param, it.update, p);
-    it.param.bump_version();
+    updates.push_back({it.param, it.update, p});
   }
+  backend.lamb_update_multi(updates);
+  for (const Item& it : items) it.param.bump_version();
   count_applied(counters, device.found_inf);
 }
 

@@ -70,6 +70,7 @@ void LARS::update(const DeviceStep& device) {
   }
   last_ratios_ = ratios;
   std::vector<Tensor> counters;
+  std::vector<LarsUpdateItem> updates;
   last_ratio_index_ = per_parameter(std::numeric_limits<double>::quiet_NaN());
   for (const Item& it : items) {
     const ParamGroup& group = groups_[it.g];
@@ -86,10 +87,11 @@ void LARS::update(const DeviceStep& device) {
     p.lr_outside_momentum = options_.lr_outside_momentum;
     p.control = control_for(device, it.g, it.i);
     const Tensor& buf = zeroed_buffer(it.g, it.i, "momentum_buffer");
-    it.param.device().backend().lars_update(it.param, it.grad, buf, p);
     counters.push_back(p.control.step_count);
-    it.param.bump_version();
+    updates.push_back({it.param, it.grad, buf, p});
   }
+  if (!updates.empty()) single_device_backend(updates).lars_update_multi(updates);
+  for (const LarsUpdateItem& u : updates) u.param.bump_version();
   count_applied(counters, device.found_inf);
 }
 

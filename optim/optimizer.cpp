@@ -72,6 +72,11 @@ void Optimizer::count_applied(const std::vector<Tensor>& counters, const Tensor&
       counters, found_inf, found_inf.defined() ? StepCounting::IfApplied : StepCounting::Always);
 }
 
+void Optimizer::check_same_device(const Device& device, const Tensor& param) const {
+  DP_CHECK(param.device() == device, name(), ": parameters on ", device.str(), " and ", param.device().str(),
+           " (one device per optimiser)");
+}
+
 void Optimizer::set_lr(double lr) {
   DP_CHECK(lr >= 0, "optimizer: set_lr(", lr, "): the learning rate must be >= 0");
   for (ParamGroup& group : groups_) group.lr = lr * group.lr_scale;

@@ -114,6 +114,15 @@ class Optimizer {
   // The StepControl of one parameter's kernel: found_inf, the lr (scaled by its group) and its
   // step counter.
   StepControl control_for(const DeviceStep& device, size_t group, size_t index);
+  // The backend of the items' parameters (a multi-tensor update runs on one device): a dp::Error
+  // naming both devices when the parameters are spread over several. items must not be empty.
+  template <typename Item>
+  Backend& single_device_backend(const std::vector<Item>& items) const {
+    const Device device = items.front().param.device();
+    for (const Item& it : items) check_same_device(device, it.param);
+    return device.backend();
+  }
+  void check_same_device(const Device& device, const Tensor& param) const;
   // After the kernels of a step: advance these counters unless found_inf (undefined: always).
   static void count_applied(const std::vector<Tensor>& counters, const Tensor& found_inf);
   // The buffers this optimiser keeps per parameter (load_state_dict accepts only these).

@@ -28,6 +28,7 @@ void SGD::update(const DeviceStep& device) {
   NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0.0;
   std::vector<Tensor> counters;
+  std::vector<SgdUpdateItem> items;
   for_each_param_with_grad([&](size_t g, size_t i, const Tensor& param, const Tensor& grad) {
     SgdParams p;
     p.lr = groups_[g].lr;
@@ -39,10 +40,12 @@ void SGD::update(const DeviceStep& device) {
     // buffer starts zeroed so that a skipped first step leaves defined memory.
     p.control = control_for(device, g, i);
     const Tensor buf = use_momentum ? zeroed_buffer(g, i, "momentum_buffer") : Tensor();
-    param.device().backend().sgd_update(param, grad, buf, p);
     counters.push_back(p.control.step_count);
-    param.bump_version();
+    items.push_back({param, grad, buf, p});
   });
+  // One multi-tensor call for the whole step (the kernels launch per parameter group).
+  if (!items.empty()) single_device_backend(items).sgd_update_multi(items);
+  for (const SgdUpdateItem& it : items) it.param.bump_version();
   count_applied(counters, device.found_inf);
 }
 

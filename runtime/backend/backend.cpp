@@ -93,6 +93,26 @@ void Backend::unsupported(const char* op) const {
                              " kernel (device ", Device(const_cast<Backend*>(this)).str(), ")"));
 }
 
+void Backend::sgd_update_multi(const std::vector<SgdUpdateItem>& items) {
+  for (const SgdUpdateItem& it : items) sgd_update(it.param, it.grad, it.momentum_buf, it.p);
+}
+
+void Backend::adamw_update_multi(const std::vector<AdamwUpdateItem>& items) {
+  for (const AdamwUpdateItem& it : items) adamw_update(it.param, it.grad, it.exp_avg, it.exp_avg_sq, it.p);
+}
+
+void Backend::lamb_direction_multi(const std::vector<LambDirectionItem>& items) {
+  for (const LambDirectionItem& it : items) lamb_direction(it.param, it.grad, it.exp_avg, it.exp_avg_sq, it.update, it.p);
+}
+
+void Backend::lamb_update_multi(const std::vector<LambUpdateItem>& items) {
+  for (const LambUpdateItem& it : items) lamb_update(it.param, it.update, it.p);
+}
+
+void Backend::lars_update_multi(const std::vector<LarsUpdateItem>& items) {
+  for (const LarsUpdateItem& it : items) lars_update(it.param, it.grad, it.momentum_buf, it.p);
+}
+
 std::unique_ptr<DeviceGraph> capture_graph(Backend& backend, const std::function<void()>& work) {
   backend.begin_capture();
   try {

@@ -147,6 +147,29 @@ struct LarsParams {
   StepControl control;  // step_count unused
 };
 
+// One parameter's operands of a multi-tensor update (the *_update_multi entry points): the
+// buffers and params the single-tensor entry point takes.
+struct SgdUpdateItem {
+  Tensor param, grad, momentum_buf;
+  SgdParams p;
+};
+struct AdamwUpdateItem {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  AdamParams p;
+};
+struct LambDirectionItem {
+  Tensor param, grad, exp_avg, exp_avg_sq, update;
+  AdamParams p;
+};
+struct LambUpdateItem {
+  Tensor param, update;
+  LambUpdateParams p;
+};
+struct LarsUpdateItem {
+  Tensor param, grad, momentum_buf;
+  LarsParams p;
+};
+
 // A point in a device's queue of work, for timing kernels on the device's own clock (a CUDA
 // event with timing). Host-clock devices (the CPU) have none: Backend::make_marker() is null.
 class DeviceMarker {
@@ -376,6 +399,15 @@ class Backend {
   // momentum_buf starts zeroed (allocated by the caller).
   virtual void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                            const LarsParams& p) { unsupported("lars_update"); }
+  // Multi-tensor forms (PyTorch's foreach optimisers): every item updated exactly as its
+  // single-tensor call would update it, bit for bit, in one call per optimiser step. The base
+  // class makes those calls in order; a backend that launches kernels overrides them to cover
+  // many parameters per launch (CUDA: items that share their scalars go in one kernel).
+  virtual void sgd_update_multi(const std::vector<SgdUpdateItem>& items);
+  virtual void adamw_update_multi(const std::vector<AdamwUpdateItem>& items);
+  virtual void lamb_direction_multi(const std::vector<LambDirectionItem>& items);
+  virtual void lamb_update_multi(const std::vector<LambUpdateItem>& items);
+  virtual void lars_update_multi(const std::vector<LarsUpdateItem>& items);
   // LARS trust ratios where the norms are: out[i] = eta·‖w_i‖ / (‖g_i‖ + wd·‖w_i‖ + eps), and 1
   // when either norm is 0 (LARS::trust_ratio), from squared_norms = (‖w_0‖², ‖g_0‖², ‖w_1‖², …)
   // float64 [2n] as squared_norms() writes them; out float64 [n]; both contiguous (views allowed).

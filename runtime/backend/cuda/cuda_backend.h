@@ -250,6 +250,14 @@ class CudaBackend final : public Backend {
   void lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& p) override;
   void lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                    const LarsParams& p) override;
+  // Multi-tensor forms: every item checked first (nothing queued for a bad list), then one
+  // launch per run of consecutive items that share their scalars and dtype (a parameter group),
+  // kMultiTensorChunk tensors at most per launch; the single-tensor forms are these with one item.
+  void sgd_update_multi(const std::vector<SgdUpdateItem>& items) override;
+  void adamw_update_multi(const std::vector<AdamwUpdateItem>& items) override;
+  void lamb_direction_multi(const std::vector<LambDirectionItem>& items) override;
+  void lamb_update_multi(const std::vector<LambUpdateItem>& items) override;
+  void lars_update_multi(const std::vector<LarsUpdateItem>& items) override;
   void lars_trust_ratios(const Tensor& squared_norms, double weight_decay, double eta, double eps,
                          const Tensor& out) override;
   void squared_norms(const std::vector<Tensor>& xs, const Tensor& out) override;

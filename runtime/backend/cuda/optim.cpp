@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -81,111 +82,255 @@ const double* device_trust_of(const CudaBackend& backend, const char* op, const 
   return trust_ratios.data<double>() + index;
 }
 
+// Two items may share a multi-tensor launch when everything but their per-tensor values (step
+// count, device trust ratio) is equal: then one op built from either updates both as their own
+// single launches would.
+bool same_control(const DeviceControl& a, const DeviceControl& b) {
+  return a.found_inf == b.found_inf && a.lr == b.lr && a.lr_scale == b.lr_scale;
+}
+bool same_launch(const SgdScalars& a, const SgdScalars& b) {
+  return a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening && a.weight_decay == b.weight_decay &&
+         a.nesterov == b.nesterov && a.first_step == b.first_step && same_control(a.control, b.control);
+}
+bool same_launch(const AdamScalars& a, const AdamScalars& b) {
+  return a.beta1 == b.beta1 && a.one_minus_beta1 == b.one_minus_beta1 && a.beta2 == b.beta2 &&
+         a.one_minus_beta2 == b.one_minus_beta2 && a.eps == b.eps && a.inv_divisor == b.inv_divisor &&
+         a.divisor == b.divisor && a.divide == b.divide && a.step_size == b.step_size && a.bc1 == b.bc1 &&
+         a.bc2 == b.bc2 && a.bc2_sqrt == b.bc2_sqrt && a.weight_decay == b.weight_decay && a.lr_wd == b.lr_wd &&
+         a.lr == b.lr && a.step == b.step && a.grad_norm == b.grad_norm && a.max_grad_norm == b.max_grad_norm &&
+         same_control(a.control, b.control);
+}
+bool same_launch(const LambUpdateScalars& a, const LambUpdateScalars& b) {
+  return a.lr == b.lr && a.trust == b.trust && same_control(a.control, b.control);
+}
+bool same_launch(DType a, DType b) { return a == b; }
+bool same_launch(const LarsScalars& a, const LarsScalars& b) {
+  return a.lr == b.lr && a.momentum == b.momentum && a.weight_decay == b.weight_decay && a.trust == b.trust &&
+         a.lr_outside_momentum == b.lr_outside_momentum && same_control(a.control, b.control);
+}
+
+// One nonempty tensor's part of a multi-tensor launch, checked and converted.
+template <typename Scalars>
+struct Prepared {
+  Scalars s;
+  MultiTensor tensor;
+  DType dtype;
+  const Tensor* param;  // the caller's, for a launch error
+};
+
+// "<first parameter> and <n> more tensors", for a launch error (built only on failure).
+std::string describe_run(const Tensor& first, size_t count) {
+  return count == 1 ? first.str() : first.str() + " and " + std::to_string(count - 1) + " more tensors";
+}
+
+// Calls launch(tensors, scalars, dtype, first parameter) once per run of consecutive items that
+// may share a launch (same_launch, one dtype, all or none with a device step count).
+template <typename Scalars, typename Launch>
+void launch_in_runs(const std::vector<Prepared<Scalars>>& items, Launch&& launch) {
+  std::vector<MultiTensor> run;
+  for (size_t a = 0; a < items.size();) {
+    const Prepared<Scalars>& first = items[a];
+    run.assign(1, first.tensor);
+    size_t b = a + 1;
+    for (; b < items.size(); ++b) {
+      const Prepared<Scalars>& next = items[b];
+      if (next.dtype != first.dtype || !same_launch(next.s, first.s) ||
+          (next.tensor.step_count == nullptr) != (first.tensor.step_count == nullptr))
+        break;
+      run.push_back(next.tensor);
+    }
+    launch(run, first.s, first.dtype, *first.param);
+    a = b;
+  }
+}
+
+// The MultiTensor of buffers (undefined ones: null), numel elements each.
+MultiTensor multi_tensor(int64_t numel, std::initializer_list<const Tensor*> buffers, const int64_t* step_count,
+                         const double* device_trust) {
+  MultiTensor t;
+  int b = 0;
+  for (const Tensor* x : buffers) t.buffers[b++] = x->defined() ? x->raw_data() : nullptr;
+  t.numel = numel;
+  t.step_count = step_count;
+  t.device_trust = device_trust;
+  return t;
+}
+
 }  // namespace
 
 void CudaBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p) {
-  check_operand("sgd_update", param);
-  check_operand("sgd_update", grad);
-  const bool use_momentum = p.momentum != 0.0;
-  if (use_momentum) {
-    DP_CHECK(momentum_buf.defined(), "sgd_update: momentum ", p.momentum, " needs a momentum buffer");
-    check_operand("sgd_update", momentum_buf);
+  sgd_update_multi({SgdUpdateItem{param, grad, momentum_buf, p}});
+}
+
+void CudaBackend::sgd_update_multi(const std::vector<SgdUpdateItem>& items) {
+  std::vector<Prepared<SgdScalars>> prepared;
+  for (const SgdUpdateItem& it : items) {
+    const Tensor &param = it.param, &grad = it.grad, &momentum_buf = it.momentum_buf;
+    const SgdParams& p = it.p;
+    check_operand("sgd_update", param);
+    check_operand("sgd_update", grad);
+    const bool use_momentum = p.momentum != 0.0;
+    if (use_momentum) {
+      DP_CHECK(momentum_buf.defined(), "sgd_update: momentum ", p.momentum, " needs a momentum buffer");
+      check_operand("sgd_update", momentum_buf);
+    }
+    check_supported(Kernel::SgdUpdate, param.dtype());
+    if (use_momentum) check_flat("sgd_update", param, {&grad, &momentum_buf});
+    else check_flat("sgd_update", param, {&grad});
+    SgdScalars s;
+    s.lr = p.lr;
+    s.momentum = p.momentum;
+    s.dampening = p.dampening;
+    s.weight_decay = p.weight_decay;
+    s.nesterov = p.nesterov;
+    s.first_step = p.first_step;
+    s.control = device_control(*this, "sgd_update", p.control);
+    if (param.numel() == 0) continue;
+    const Tensor none;
+    prepared.push_back({s, multi_tensor(param.numel(), {&param, &grad, use_momentum ? &momentum_buf : &none}, s.control.step_count, nullptr),
+                        param.dtype(), &param});
   }
-  check_supported(Kernel::SgdUpdate, param.dtype());
-  if (use_momentum) check_flat("sgd_update", param, {&grad, &momentum_buf});
-  else check_flat("sgd_update", param, {&grad});
-  if (param.numel() == 0) return;
+  if (prepared.empty()) return;
   activate();
-  SgdScalars s;
-  s.lr = p.lr;
-  s.momentum = p.momentum;
-  s.dampening = p.dampening;
-  s.weight_decay = p.weight_decay;
-  s.nesterov = p.nesterov;
-  s.first_step = p.first_step;
-  s.control = device_control(*this, "sgd_update", p.control);
-  DP_CUDA_CHECK(device_,
-                launch_sgd_update(param.raw_data(), grad.raw_data(), use_momentum ? momentum_buf.raw_data() : nullptr,
-                                  param.dtype(), param.numel(), s, stream_),
-                "sgd_update ", param.str());
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const SgdScalars& s, DType dtype,
+                               const Tensor& first) {
+    DP_CUDA_CHECK(device_, launch_sgd_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
+                  "sgd_update ", describe_run(first, ts.size()));
+  });
 }
 
 void CudaBackend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                const Tensor& exp_avg_sq, const AdamParams& p) {
-  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq}) check_operand("adamw_update", *t);
-  check_supported(Kernel::AdamwUpdate, param.dtype());
-  check_flat("adamw_update", param, {&grad, &exp_avg, &exp_avg_sq});
-  DP_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got ", p.step);
-  AdamScalars s = adam_scalars(p);
-  s.control = device_control(*this, "adamw_update", p.control);
-  if (param.numel() == 0) return;
+  adamw_update_multi({AdamwUpdateItem{param, grad, exp_avg, exp_avg_sq, p}});
+}
+
+void CudaBackend::adamw_update_multi(const std::vector<AdamwUpdateItem>& items) {
+  std::vector<Prepared<AdamScalars>> prepared;
+  for (const AdamwUpdateItem& it : items) {
+    const Tensor &param = it.param, &grad = it.grad, &exp_avg = it.exp_avg, &exp_avg_sq = it.exp_avg_sq;
+    const AdamParams& p = it.p;
+    for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq}) check_operand("adamw_update", *t);
+    check_supported(Kernel::AdamwUpdate, param.dtype());
+    check_flat("adamw_update", param, {&grad, &exp_avg, &exp_avg_sq});
+    DP_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got ", p.step);
+    AdamScalars s = adam_scalars(p);
+    s.control = device_control(*this, "adamw_update", p.control);
+    if (param.numel() == 0) continue;
+    prepared.push_back({s, multi_tensor(param.numel(), {&param, &grad, &exp_avg, &exp_avg_sq}, s.control.step_count, nullptr),
+                        param.dtype(), &param});
+  }
+  if (prepared.empty()) return;
   activate();
-  DP_CUDA_CHECK(device_,
-                launch_adamw_update(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
-                                    param.dtype(), param.numel(), s, stream_),
-                "adamw_update ", param.str());
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const AdamScalars& s, DType dtype,
+                               const Tensor& first) {
+    DP_CUDA_CHECK(device_, launch_adamw_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
+                  "adamw_update ", describe_run(first, ts.size()));
+  });
 }
 
 void CudaBackend::lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                  const Tensor& exp_avg_sq, const Tensor& update, const AdamParams& p) {
-  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq, &update}) check_operand("lamb_direction", *t);
-  check_supported(Kernel::LambDirection, param.dtype());
-  check_flat("lamb_direction", param, {&grad, &exp_avg, &exp_avg_sq, &update});
-  DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
-  AdamScalars s = adam_scalars(p);
-  s.control = device_control(*this, "lamb_direction", p.control);
-  if (p.grad_norm.defined()) {  // apex's divisor from the norm on the device
-    check_operand("lamb_direction", p.grad_norm);
-    DP_CHECK(p.grad_norm.dtype() == kFloat64 && p.grad_norm.numel() == 1 && p.max_grad_norm > 0,
-             "lamb_direction: grad_norm must be one float64 with max_grad_norm > 0, got ", p.grad_norm.str(),
-             " and ", p.max_grad_norm);
-    s.grad_norm = p.grad_norm.data<double>();
-    s.max_grad_norm = p.max_grad_norm;
+  lamb_direction_multi({LambDirectionItem{param, grad, exp_avg, exp_avg_sq, update, p}});
+}
+
+void CudaBackend::lamb_direction_multi(const std::vector<LambDirectionItem>& items) {
+  std::vector<Prepared<AdamScalars>> prepared;
+  for (const LambDirectionItem& it : items) {
+    const Tensor &param = it.param, &grad = it.grad, &exp_avg = it.exp_avg, &exp_avg_sq = it.exp_avg_sq,
+                 &update = it.update;
+    const AdamParams& p = it.p;
+    for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq, &update}) check_operand("lamb_direction", *t);
+    check_supported(Kernel::LambDirection, param.dtype());
+    check_flat("lamb_direction", param, {&grad, &exp_avg, &exp_avg_sq, &update});
+    DP_CHECK(p.step >= 1, "lamb_direction: step must be >= 1, got ", p.step);
+    AdamScalars s = adam_scalars(p);
+    s.control = device_control(*this, "lamb_direction", p.control);
+    if (p.grad_norm.defined()) {  // apex's divisor from the norm on the device
+      check_operand("lamb_direction", p.grad_norm);
+      DP_CHECK(p.grad_norm.dtype() == kFloat64 && p.grad_norm.numel() == 1 && p.max_grad_norm > 0,
+               "lamb_direction: grad_norm must be one float64 with max_grad_norm > 0, got ", p.grad_norm.str(),
+               " and ", p.max_grad_norm);
+      s.grad_norm = p.grad_norm.data<double>();
+      s.max_grad_norm = p.max_grad_norm;
+    }
+    if (param.numel() == 0) continue;
+    prepared.push_back(
+        {s, multi_tensor(param.numel(), {&param, &grad, &exp_avg, &exp_avg_sq, &update}, s.control.step_count, nullptr),
+         param.dtype(), &param});
   }
-  if (param.numel() == 0) return;
+  if (prepared.empty()) return;
   activate();
-  DP_CUDA_CHECK(device_,
-                launch_lamb_direction(param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
-                                      update.raw_data(), param.dtype(), param.numel(), s, stream_),
-                "lamb_direction ", param.str());
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const AdamScalars& s, DType dtype,
+                               const Tensor& first) {
+    DP_CUDA_CHECK(device_,
+                  launch_lamb_direction_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
+                  "lamb_direction ", describe_run(first, ts.size()));
+  });
 }
 
 void CudaBackend::lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& p) {
-  for (const Tensor* t : {&param, &update}) check_operand("lamb_update", *t);
-  check_supported(Kernel::LambUpdate, param.dtype());
-  check_flat("lamb_update", param, {&update});
-  if (param.numel() == 0) return;
+  lamb_update_multi({LambUpdateItem{param, update, p}});
+}
+
+void CudaBackend::lamb_update_multi(const std::vector<LambUpdateItem>& items) {
+  std::vector<Prepared<LambUpdateScalars>> prepared;
+  for (const LambUpdateItem& it : items) {
+    const Tensor &param = it.param, &update = it.update;
+    const LambUpdateParams& p = it.p;
+    for (const Tensor* t : {&param, &update}) check_operand("lamb_update", *t);
+    check_supported(Kernel::LambUpdate, param.dtype());
+    check_flat("lamb_update", param, {&update});
+    LambUpdateScalars s;
+    s.lr = p.lr;
+    s.trust = p.trust;
+    if (p.trust_ratios.defined()) s.device_trust = device_trust_of(*this, "lamb_update", p.trust_ratios, p.trust_index);
+    s.control = device_control(*this, "lamb_update", p.control);
+    if (param.numel() == 0) continue;
+    // The step count is not read (LAMB's second stage has no bias correction).
+    prepared.push_back({s, multi_tensor(param.numel(), {&param, &update}, nullptr, s.device_trust), param.dtype(), &param});
+  }
+  if (prepared.empty()) return;
   activate();
-  LambUpdateScalars s;
-  s.lr = p.lr;
-  s.trust = p.trust;
-  if (p.trust_ratios.defined()) s.device_trust = device_trust_of(*this, "lamb_update", p.trust_ratios, p.trust_index);
-  s.control = device_control(*this, "lamb_update", p.control);
-  DP_CUDA_CHECK(device_,
-                launch_lamb_update(param.raw_data(), update.raw_data(), param.dtype(), param.numel(), s, stream_),
-                "lamb_update ", param.str());
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const LambUpdateScalars& s, DType dtype,
+                               const Tensor& first) {
+    DP_CUDA_CHECK(device_, launch_lamb_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
+                  "lamb_update ", describe_run(first, ts.size()));
+  });
 }
 
 void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                               const LarsParams& p) {
-  for (const Tensor* t : {&param, &grad, &momentum_buf}) check_operand("lars_update", *t);
-  check_supported(Kernel::LarsUpdate, param.dtype());
-  check_flat("lars_update", param, {&grad, &momentum_buf});
-  if (param.numel() == 0) return;
+  lars_update_multi({LarsUpdateItem{param, grad, momentum_buf, p}});
+}
+
+void CudaBackend::lars_update_multi(const std::vector<LarsUpdateItem>& items) {
+  std::vector<Prepared<LarsScalars>> prepared;
+  for (const LarsUpdateItem& it : items) {
+    const Tensor &param = it.param, &grad = it.grad, &momentum_buf = it.momentum_buf;
+    const LarsParams& p = it.p;
+    for (const Tensor* t : {&param, &grad, &momentum_buf}) check_operand("lars_update", *t);
+    check_supported(Kernel::LarsUpdate, param.dtype());
+    check_flat("lars_update", param, {&grad, &momentum_buf});
+    LarsScalars s;
+    s.lr = p.lr;
+    s.momentum = p.momentum;
+    s.weight_decay = p.weight_decay;
+    s.trust = p.trust;
+    if (p.trust_ratios.defined())  // the ratio lars_trust_ratios left on the device
+      s.device_trust = device_trust_of(*this, "lars_update", p.trust_ratios, p.trust_index);
+    s.lr_outside_momentum = p.lr_outside_momentum;
+    s.control = device_control(*this, "lars_update", p.control);
+    if (param.numel() == 0) continue;
+    prepared.push_back(
+        {s, multi_tensor(param.numel(), {&param, &grad, &momentum_buf}, nullptr, s.device_trust), param.dtype(), &param});
+  }
+  if (prepared.empty()) return;
   activate();
-  LarsScalars s;
-  s.lr = p.lr;
-  s.momentum = p.momentum;
-  s.weight_decay = p.weight_decay;
-  s.trust = p.trust;
-  if (p.trust_ratios.defined())  // the ratio lars_trust_ratios left on the device
-    s.device_trust = device_trust_of(*this, "lars_update", p.trust_ratios, p.trust_index);
-  s.lr_outside_momentum = p.lr_outside_momentum;
-  s.control = device_control(*this, "lars_update", p.control);
-  DP_CUDA_CHECK(device_,
-                launch_lars_update(param.raw_data(), grad.raw_data(), momentum_buf.raw_data(), param.dtype(),
-                                   param.numel(), s, stream_),
-                "lars_update ", param.str());
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const LarsScalars& s, DType dtype,
+                               const Tensor& first) {
+    DP_CUDA_CHECK(device_, launch_lars_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
+                  "lars_update ", describe_run(first, ts.size()));
+  });
 }
 
 void CudaBackend::squared_norms(const std::vector<Tensor>& xs, const Tensor& out) {
@@ -288,16 +433,22 @@ void CudaBackend::clip_coefficient(const Tensor& squared_norms, double max_norm,
 void CudaBackend::scale_by(const std::vector<Tensor>& xs, const Tensor& factor) {
   DP_CHECK(factor.defined(), "scale_by: factor is required");
   check_control_scalar(*this, "scale_by", "factor", factor, kFloat64);
+  std::vector<Prepared<DType>> prepared;  // the dtype is the whole of a run's "scalars"
   for (size_t k = 0; k < xs.size(); ++k) {
     const Tensor& x = xs[k];
     check_operand("scale_by", x);
     check_supported(Kernel::ScaleBy, x.dtype());
     DP_CHECK(x.is_contiguous(), "scale_by: tensor ", k, " must be contiguous, got ", x.str());
     if (x.numel() == 0) continue;
-    activate();
-    DP_CUDA_CHECK(device_, launch_scale_by(x.raw_data(), x.dtype(), x.numel(), factor.data<double>(), stream_),
-                  "scale_by ", x.str());
+    prepared.push_back({x.dtype(), multi_tensor(x.numel(), {&x}, nullptr, nullptr), x.dtype(), &x});
   }
+  if (prepared.empty()) return;
+  activate();
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, DType, DType dtype, const Tensor& first) {
+    DP_CUDA_CHECK(device_,
+                  launch_scale_by(ts.data(), static_cast<int64_t>(ts.size()), dtype, factor.data<double>(), stream_),
+                  "scale_by ", describe_run(first, ts.size()));
+  });
 }
 
 }  // namespace dp::cuda

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "runtime/backend/cuda/device_utils.cuh"
@@ -45,85 +46,167 @@ __device__ __forceinline__ double fma(double a, double b, double c) { return __f
 
 __device__ __forceinline__ bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// ---- The fused elementwise driver -------------------------------------------------------------
+// ---- The multi-tensor elementwise driver -------------------------------------------------------
 
-// NB flat buffers of T, each `numel` elements (a buffer the op does not use may be null).
+// NB flat buffers of T (a buffer the op does not use may be null).
 template <typename T, int NB>
 struct Buffers {
   T* p[NB];
 };
 
-// fused_update_kernel: one pass over NB flat buffers.
-//   bufs.p[k]: T [numel], contiguous; read when bit k of kLoad is set, written when bit k of
-//              kStore is set (a buffer written but not read may hold uninitialised memory: it is
-//              never loaded).
-//   vec_numel: elements [0, vec_numel) go through 16-byte vectors (a multiple of kVec<T>; 0 when
-//              some used buffer is not 16-byte aligned), the rest [vec_numel, numel) one by one.
-//   found_inf: float32 in device memory or null; nonzero → the kernel writes nothing (NOTE
-//              [ Device-resident optimiser step ]).
-// op.prepared() is called once per thread (it may read a device scalar), then op(x) updates one
-// element's values x[0..NB) in place. Unloaded slots hold 0 before the op runs.
+// What an update reads per tensor from device memory (NOTE [ Device-resident optimiser step ]):
+// its step count and its trust ratio, each null when the host's value applies.
+struct TensorControl {
+  const int64_t* step_count;
+  const double* trust;
+};
+
+// One element's (or one 16-byte vector's) update: loads the slots in kLoad (the others read as 0),
+// runs op on each element's values x[0..NB), stores the slots in kStore. A slot written but not
+// read may hold uninitialised memory: it is never loaded.
 template <typename T, int NB, unsigned kLoad, unsigned kStore, typename Op>
-__global__ void __launch_bounds__(kThreads)
-    fused_update_kernel(Buffers<T, NB> bufs, int64_t numel, int64_t vec_numel, Op op, const float* found_inf) {
-  if (found_inf != nullptr && *found_inf != 0.0f) return;  // uniform across the grid
+__device__ __forceinline__ void update_vector(const Buffers<T, NB>& bufs, int64_t j, const Op& o) {
   constexpr int V = kVec<T>;
   using VecT = Vec<T, V>;
-  const Op o = op.prepared();
-  const int64_t n_vec = vec_numel / V;
-  for (int64_t j = first_index(); j < n_vec; j += grid_stride()) {
-    VecT x[NB];
+  VecT x[NB];
 #pragma unroll
-    for (int k = 0; k < NB; ++k) {
-      if ((kLoad >> k) & 1u) {
-        x[k] = reinterpret_cast<const VecT*>(bufs.p[k])[j];
-      } else {
+  for (int k = 0; k < NB; ++k) {
+    if ((kLoad >> k) & 1u) {
+      x[k] = reinterpret_cast<const VecT*>(bufs.p[k])[j];
+    } else {
 #pragma unroll
-        for (int e = 0; e < V; ++e) x[k].v[e] = T(0);
-      }
+      for (int e = 0; e < V; ++e) x[k].v[e] = T(0);
     }
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      T vals[NB];
-#pragma unroll
-      for (int k = 0; k < NB; ++k) vals[k] = x[k].v[e];
-      o(vals);
-#pragma unroll
-      for (int k = 0; k < NB; ++k) x[k].v[e] = vals[k];
-    }
-#pragma unroll
-    for (int k = 0; k < NB; ++k)
-      if ((kStore >> k) & 1u) reinterpret_cast<VecT*>(bufs.p[k])[j] = x[k];
   }
-  for (int64_t i = vec_numel + first_index(); i < numel; i += grid_stride()) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
     T vals[NB];
 #pragma unroll
-    for (int k = 0; k < NB; ++k) vals[k] = ((kLoad >> k) & 1u) ? bufs.p[k][i] : T(0);
+    for (int k = 0; k < NB; ++k) vals[k] = x[k].v[e];
     o(vals);
 #pragma unroll
-    for (int k = 0; k < NB; ++k)
-      if ((kStore >> k) & 1u) bufs.p[k][i] = vals[k];
+    for (int k = 0; k < NB; ++k) x[k].v[e] = vals[k];
   }
+#pragma unroll
+  for (int k = 0; k < NB; ++k)
+    if ((kStore >> k) & 1u) reinterpret_cast<VecT*>(bufs.p[k])[j] = x[k];
 }
 
 template <typename T, int NB, unsigned kLoad, unsigned kStore, typename Op>
-cudaError_t launch_fused(const Buffers<T, NB>& bufs, int64_t numel, const Op& op, cudaStream_t stream,
-                         const float* found_inf = nullptr) {
-  static_assert(NB <= 32, "one bit per buffer");
-  if (numel < 0) return cudaErrorInvalidValue;
-  if (numel == 0) return cudaSuccess;
-  bool aligned = true;
-  for (int k = 0; k < NB; ++k) {
-    if ((((kLoad | kStore) >> k) & 1u) == 0) continue;
-    if (bufs.p[k] == nullptr) return cudaErrorInvalidValue;
-    aligned = aligned && device::aligned16(bufs.p[k]);
+__device__ __forceinline__ void update_element(const Buffers<T, NB>& bufs, int64_t i, const Op& o) {
+  T vals[NB];
+#pragma unroll
+  for (int k = 0; k < NB; ++k) vals[k] = ((kLoad >> k) & 1u) ? bufs.p[k][i] : T(0);
+  o(vals);
+#pragma unroll
+  for (int k = 0; k < NB; ++k)
+    if ((kStore >> k) & 1u) bufs.p[k][i] = vals[k];
+}
+
+// Elements of one tile, the work of one block: 4 vectors per thread (a multiple of every V).
+template <typename T>
+constexpr int64_t kTileElems = int64_t(kThreads) * kVec<T> * 4;
+
+// Up to kMultiTensorChunk nonempty tensors of one launch, passed by value. Tensor k's tiles are
+// the blocks [tile_begin[k], tile_begin[k + 1]) (strictly increasing: every tensor has a tile).
+constexpr int kMulti = kMultiTensorChunk;
+template <typename T, int NB>
+struct MultiChunk {
+  T* p[kMulti][NB];
+  int64_t numel[kMulti];
+  const int64_t* step_count[kMulti];
+  const double* trust[kMulti];
+  int32_t tile_begin[kMulti + 1];
+  uint8_t aligned[kMulti];  // every used buffer 16-byte aligned: the vector path
+  int32_t count;
+};
+
+// multi_update_kernel: one block per tile of the chunk's tensors. The block's tensor is found by
+// a binary search of tile_begin (the same in every thread), its op prepared with the tensor's
+// step count and trust, then the tile's elements [begin, begin + len) are updated by the block's
+// threads: 16-byte vectors when the tensor is aligned (a tile starts on a vector boundary), one
+// by one otherwise and for the tensor's last len % V elements. Each element's update is the
+// same operation whichever thread or tile computes it, so the result does not depend on how the
+// tensors are chunked or tiled.
+//   found_inf: float32 in device memory or null; nonzero → the kernel writes nothing.
+template <typename T, int NB, unsigned kLoad, unsigned kStore, typename Op>
+__global__ void __launch_bounds__(kThreads)
+    multi_update_kernel(const __grid_constant__ MultiChunk<T, NB> c, const Op op, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;  // uniform across the grid
+  const int32_t block = static_cast<int32_t>(blockIdx.x);
+  int lo = 0, hi = c.count;  // the largest k with tile_begin[k] <= block
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (c.tile_begin[mid] <= block) lo = mid;
+    else hi = mid;
   }
+  const int k = lo;
+  constexpr int64_t kTile = kTileElems<T>;
+  const int64_t begin = static_cast<int64_t>(block - c.tile_begin[k]) * kTile;
+  const int64_t remaining = c.numel[k] - begin;
+  const int64_t len = remaining < kTile ? remaining : kTile;
+  Buffers<T, NB> bufs;
+#pragma unroll
+  for (int b = 0; b < NB; ++b) bufs.p[b] = c.p[k][b] != nullptr ? c.p[k][b] + begin : nullptr;
+  const Op o = op.prepared(TensorControl{c.step_count[k], c.trust[k]});
   constexpr int V = kVec<T>;
-  const int64_t vec_numel = aligned ? numel / V * V : 0;
-  const int64_t work_items = vec_numel / V + (numel - vec_numel);  // vectors + scalar elements
-  fused_update_kernel<T, NB, kLoad, kStore, Op>
-      <<<device::blocks_for(work_items), kThreads, 0, stream>>>(bufs, numel, vec_numel, op, found_inf);
-  return cudaGetLastError();
+  const int64_t vec_len = c.aligned[k] ? len / V * V : 0;
+  for (int64_t j = threadIdx.x; j < vec_len / V; j += blockDim.x) update_vector<T, NB, kLoad, kStore>(bufs, j, o);
+  for (int64_t i = vec_len + threadIdx.x; i < len; i += blockDim.x) update_element<T, NB, kLoad, kStore>(bufs, i, o);
+}
+
+// Launches multi_update_kernel over tensors[0..count): validates them all first (nothing is
+// queued for a bad list), passes over empty ones, and launches once per kMulti nonempty tensors.
+// device_steps: every tensor has a step count (else none may have one).
+template <typename T, int NB, unsigned kLoad, unsigned kStore, typename Op>
+cudaError_t launch_multi(const MultiTensor* tensors, int64_t count, const Op& op, bool device_steps,
+                         const float* found_inf, cudaStream_t stream) {
+  static_assert(NB <= 5, "MultiTensor has five buffer slots");
+  static_assert(sizeof(MultiChunk<T, NB>) + sizeof(Op) + sizeof(found_inf) <= 4000,
+                "kernel parameters must stay under 4 KB");
+  constexpr unsigned kUsed = kLoad | kStore;
+  constexpr int64_t kTile = kTileElems<T>;
+  if (count < 0 || (count > 0 && tensors == nullptr)) return cudaErrorInvalidValue;
+  for (int64_t t = 0; t < count; ++t) {
+    const MultiTensor& x = tensors[t];
+    if (x.numel < 0 || (x.step_count != nullptr) != device_steps) return cudaErrorInvalidValue;
+    if (x.numel > int64_t(INT32_MAX / 2) * kTile) return cudaErrorInvalidValue;  // its tiles fit an int32
+    for (int b = 0; b < NB; ++b)
+      if (((kUsed >> b) & 1u) && x.numel > 0 && x.buffers[b] == nullptr) return cudaErrorInvalidValue;
+  }
+  MultiChunk<T, NB> c{};
+  int64_t tiles = 0;
+  auto flush = [&]() -> cudaError_t {
+    if (c.count == 0) return cudaSuccess;
+    c.tile_begin[c.count] = static_cast<int32_t>(tiles);
+    multi_update_kernel<T, NB, kLoad, kStore, Op><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(c, op, found_inf);
+    c = MultiChunk<T, NB>{};
+    tiles = 0;
+    return cudaGetLastError();
+  };
+  for (int64_t t = 0; t < count; ++t) {
+    const MultiTensor& x = tensors[t];
+    if (x.numel == 0) continue;
+    const int64_t x_tiles = (x.numel + kTile - 1) / kTile;
+    if (c.count == kMulti || tiles + x_tiles > INT32_MAX) {
+      const cudaError_t status = flush();
+      if (status != cudaSuccess) return status;
+    }
+    const int k = c.count++;
+    bool aligned = true;
+    for (int b = 0; b < NB; ++b) {
+      if (((kUsed >> b) & 1u) == 0) continue;  // unused slot: stays null
+      c.p[k][b] = static_cast<T*>(x.buffers[b]);
+      aligned = aligned && device::aligned16(x.buffers[b]);
+    }
+    c.numel[k] = x.numel;
+    c.step_count[k] = x.step_count;
+    c.trust[k] = x.device_trust;
+    c.aligned[k] = aligned ? 1 : 0;
+    c.tile_begin[k] = static_cast<int32_t>(tiles);
+    tiles += x_tiles;
+  }
+  return flush();
 }
 
 template <typename Fn>
@@ -135,23 +218,35 @@ cudaError_t dispatch_update_dtype(DType dtype, Fn&& fn) {
   }
 }
 
+// One tensor as a MultiTensor (the single-tensor launchers).
+MultiTensor one_tensor(std::initializer_list<const void*> buffers, int64_t numel, const int64_t* step_count,
+                       const double* device_trust) {
+  MultiTensor x;
+  int b = 0;
+  for (const void* p : buffers) x.buffers[b++] = const_cast<void*>(p);
+  x.numel = numel;
+  x.step_count = step_count;
+  x.device_trust = device_trust;
+  return x;
+}
+
 // ---- SGD --------------------------------------------------------------------------------------
 
 // sgd_update: slots 0 = param (T [n], read/written), 1 = grad (T [n], read), 2 = momentum_buf
 // (T [n]; unused without momentum, written only on the first step, else read and written).
 //   d = g + wd·p;  b = first ? d : mom·b + (1 − dampening)·d;  d = nesterov ? d + mom·b : b;
 //   p −= lr·d
-// With a device step count (kFirst false) the first step is decided per launch on the device
+// With a device step count (kFirst false) the first step is decided per tensor on the device
 // (`first`), the buffer then being loaded but not used.
 template <typename T, bool kMomentum, bool kFirst, bool kNesterov>
 struct SgdOp {
   T lr, wd, mom, damp;
   bool first;
-  DeviceControl control;
-  __device__ __forceinline__ SgdOp prepared() const {
+  DeviceControl control;  // its step_count unused: the tensor's comes with prepared()
+  __device__ __forceinline__ SgdOp prepared(const TensorControl& t) const {
     SgdOp o = *this;
     if (control.lr != nullptr) o.lr = T(__dmul_rn(*control.lr, control.lr_scale));
-    if (control.step_count != nullptr) o.first = *control.step_count == 0;
+    if (t.step_count != nullptr) o.first = *t.step_count == 0;
     return o;
   }
   __device__ __forceinline__ void operator()(T (&x)[3]) const {
@@ -169,12 +264,13 @@ struct SgdOp {
 };
 
 template <typename T, bool kMomentum, bool kFirst, bool kNesterov>
-cudaError_t launch_sgd_typed(const Buffers<T, 3>& bufs, int64_t numel, const SgdScalars& s, cudaStream_t stream) {
+cudaError_t launch_sgd_typed(const MultiTensor* tensors, int64_t count, bool device_steps, const SgdScalars& s,
+                             cudaStream_t stream) {
   const SgdOp<T, kMomentum, kFirst, kNesterov> op{T(s.lr), T(s.weight_decay), T(s.momentum), T(1.0 - s.dampening),
                                                   false, s.control};
   constexpr unsigned kLoad = kMomentum && !kFirst ? 0b111u : 0b011u;
   constexpr unsigned kStore = kMomentum ? 0b101u : 0b001u;
-  return launch_fused<T, 3, kLoad, kStore>(bufs, numel, op, stream, s.control.found_inf);
+  return launch_multi<T, 3, kLoad, kStore>(tensors, count, op, device_steps, s.control.found_inf, stream);
 }
 
 // ---- AdamW and LAMB ---------------------------------------------------------------------------
@@ -186,15 +282,16 @@ struct AdamConstants {
   bool divide;
 };
 
-// The scalars that depend on lr and step, recomputed on the device from the control's values
-// with the host's formulas (optim.cpp's adam_scalars; pow on the device may differ from the
-// host's by an ulp of the bias correction).
+// The scalars that depend on lr and step, recomputed on the device from the control's lr and the
+// tensor's step count with the host's formulas (optim.cpp's adam_scalars; pow on the device may
+// differ from the host's by an ulp of the bias correction).
 template <typename T>
-__device__ __forceinline__ void refresh_from_control(AdamConstants<T>& c, const AdamScalars& s) {
+__device__ __forceinline__ void refresh_from_control(AdamConstants<T>& c, const AdamScalars& s,
+                                                     const int64_t* step_count) {
   const DeviceControl& ctl = s.control;
-  if (ctl.lr == nullptr && ctl.step_count == nullptr) return;
+  if (ctl.lr == nullptr && step_count == nullptr) return;
   const double lr = ctl.lr != nullptr ? __dmul_rn(*ctl.lr, ctl.lr_scale) : s.lr;
-  const double step = static_cast<double>(ctl.step_count != nullptr ? *ctl.step_count + 1 : s.step);
+  const double step = static_cast<double>(step_count != nullptr ? *step_count + 1 : s.step);
   const double bc1 = __dsub_rn(1.0, pow(s.beta1, step));
   const double bc2 = __dsub_rn(1.0, pow(s.beta2, step));
   c.step_size = T(__ddiv_rn(lr, bc1));
@@ -222,9 +319,9 @@ template <typename T>
 struct AdamwOp {
   AdamConstants<T> c;
   AdamScalars s;
-  __device__ __forceinline__ AdamwOp prepared() const {
+  __device__ __forceinline__ AdamwOp prepared(const TensorControl& t) const {
     AdamwOp o = *this;
-    refresh_from_control(o.c, s);
+    refresh_from_control(o.c, s, t.step_count);
     return o;
   }
   __device__ __forceinline__ void operator()(T (&x)[4]) const {
@@ -246,9 +343,9 @@ template <typename T>
 struct LambOp {
   AdamConstants<T> c;
   AdamScalars s;
-  __device__ __forceinline__ LambOp prepared() const {
+  __device__ __forceinline__ LambOp prepared(const TensorControl& t) const {
     LambOp o = *this;
-    refresh_from_control(o.c, s);
+    refresh_from_control(o.c, s, t.step_count);
     if (s.grad_norm != nullptr) {  // apex's global clipping, decided on the device
       const double norm = *s.grad_norm;
       o.c.divisor = T(norm > s.max_grad_norm ? __ddiv_rn(norm, s.max_grad_norm) : 1.0);
@@ -279,17 +376,17 @@ __device__ __forceinline__ LrTrust lr_and_trust(double lr, double trust, const d
 
 // lamb_update: slots 0 = param (T [n], read/written), 1 = update (T [n], read).
 //   p = p − T(lr·trust)·u, one rounding (the CPU's contracted p − s·u)
-// device_trust and control.lr, when set, replace the host trust and lr (read once per thread).
+// The tensor's device trust and control.lr, when set, replace the host trust and lr (read once
+// per thread).
 template <typename T>
 struct LambUpdateOp {
   T scaled_lr;
   double lr, trust;
-  const double* device_trust;
   DeviceControl control;
-  __device__ __forceinline__ LambUpdateOp prepared() const {
+  __device__ __forceinline__ LambUpdateOp prepared(const TensorControl& t) const {
     LambUpdateOp o = *this;
-    if (device_trust == nullptr && control.lr == nullptr) return o;
-    const LrTrust v = lr_and_trust(lr, trust, device_trust, control);
+    if (t.trust == nullptr && control.lr == nullptr) return o;
+    const LrTrust v = lr_and_trust(lr, trust, t.trust, control);
     o.scaled_lr = T(__dmul_rn(v.lr, v.trust));
     return o;
   }
@@ -302,17 +399,17 @@ struct LambUpdateOp {
 // (T [n], read/written). d = g + wd·p;
 //   lr inside:  b = mom·b − T(lr·trust)·d;  p += b
 //   lr outside: b = mom·b + trust·d;        p −= lr·b
-// device_trust (float64, device memory), when set, replaces the host trust (read once per thread).
+// The tensor's device trust (float64, device memory), when set, replaces the host trust (read once
+// per thread).
 template <typename T, bool kLrOutside>
 struct LarsOp {
   T wd, mom, lr, trust, scaled_lr;
   double lr_double, trust_double;
-  const double* device_trust;
   DeviceControl control;
-  __device__ __forceinline__ LarsOp prepared() const {
+  __device__ __forceinline__ LarsOp prepared(const TensorControl& t) const {
     LarsOp o = *this;
-    if (device_trust == nullptr && control.lr == nullptr) return o;
-    const LrTrust v = lr_and_trust(lr_double, trust_double, device_trust, control);
+    if (t.trust == nullptr && control.lr == nullptr) return o;
+    const LrTrust v = lr_and_trust(lr_double, trust_double, t.trust, control);
     o.trust = T(v.trust);
     o.lr = T(v.lr);
     o.scaled_lr = T(__dmul_rn(v.lr, v.trust));
@@ -470,7 +567,7 @@ template <typename T>
 struct ScaleOp {
   const double* factor;
   T f;
-  __device__ __forceinline__ ScaleOp prepared() const {
+  __device__ __forceinline__ ScaleOp prepared(const TensorControl&) const {
     ScaleOp o = *this;
     o.f = T(*factor);
     return o;
@@ -509,71 +606,103 @@ __global__ void lr_lookup_kernel(const double* table, int64_t n, const int64_t* 
 
 // ---- Launchers --------------------------------------------------------------------------------
 
-cudaError_t launch_sgd_update(void* param, const void* grad, void* momentum_buf, DType dtype, int64_t numel,
-                              const SgdScalars& s, cudaStream_t stream) {
+// Whether the tensors carry step counts (launch_multi checks that all or none do).
+bool has_device_steps(const MultiTensor* tensors, int64_t count) {
+  return count > 0 && tensors != nullptr && tensors[0].step_count != nullptr;
+}
+
+cudaError_t launch_sgd_update_multi(const MultiTensor* tensors, int64_t count, DType dtype, const SgdScalars& s,
+                                    cudaStream_t stream) {
+  const bool device_steps = has_device_steps(tensors, count);
   return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
-    const Buffers<T, 3> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(grad)),
-                              static_cast<T*>(momentum_buf)}};
-    if (s.momentum == 0.0) return launch_sgd_typed<T, false, false, false>(bufs, numel, s, stream);
-    if (s.first_step && s.control.step_count == nullptr) {
-      return s.nesterov ? launch_sgd_typed<T, true, true, true>(bufs, numel, s, stream)
-                        : launch_sgd_typed<T, true, true, false>(bufs, numel, s, stream);
+    if (s.momentum == 0.0) return launch_sgd_typed<T, false, false, false>(tensors, count, device_steps, s, stream);
+    if (s.first_step && !device_steps) {
+      return s.nesterov ? launch_sgd_typed<T, true, true, true>(tensors, count, device_steps, s, stream)
+                        : launch_sgd_typed<T, true, true, false>(tensors, count, device_steps, s, stream);
     }
-    return s.nesterov ? launch_sgd_typed<T, true, false, true>(bufs, numel, s, stream)
-                      : launch_sgd_typed<T, true, false, false>(bufs, numel, s, stream);
+    return s.nesterov ? launch_sgd_typed<T, true, false, true>(tensors, count, device_steps, s, stream)
+                      : launch_sgd_typed<T, true, false, false>(tensors, count, device_steps, s, stream);
   });
+}
+
+cudaError_t launch_adamw_update_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                      const AdamScalars& s, cudaStream_t stream) {
+  const bool device_steps = has_device_steps(tensors, count);
+  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    return launch_multi<T, 4, 0b1111u, 0b1101u>(tensors, count, AdamwOp<T>{adam_constants<T>(s), s}, device_steps,
+                                                s.control.found_inf, stream);
+  });
+}
+
+cudaError_t launch_lamb_direction_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                        const AdamScalars& s, cudaStream_t stream) {
+  const bool device_steps = has_device_steps(tensors, count);
+  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    return launch_multi<T, 5, 0b01111u, 0b11100u>(tensors, count, LambOp<T>{adam_constants<T>(s), s},
+                                                  device_steps, s.control.found_inf, stream);
+  });
+}
+
+cudaError_t launch_lamb_update_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                     const LambUpdateScalars& s, cudaStream_t stream) {
+  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    const LambUpdateOp<T> op{T(s.lr * s.trust), s.lr, s.trust, s.control};  // lr·trust in double
+    return launch_multi<T, 2, 0b11u, 0b01u>(tensors, count, op, false, s.control.found_inf, stream);
+  });
+}
+
+cudaError_t launch_lars_update_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                     const LarsScalars& s, cudaStream_t stream) {
+  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    const double scaled_lr = s.lr * s.trust;  // rounded in double, then cast (as the CPU)
+    if (s.lr_outside_momentum) {
+      const LarsOp<T, true> op{T(s.weight_decay), T(s.momentum), T(s.lr), T(s.trust), T(scaled_lr),
+                               s.lr,              s.trust,       s.control};
+      return launch_multi<T, 3, 0b111u, 0b101u>(tensors, count, op, false, s.control.found_inf, stream);
+    }
+    const LarsOp<T, false> op{T(s.weight_decay), T(s.momentum), T(s.lr), T(s.trust), T(scaled_lr),
+                              s.lr,              s.trust,       s.control};
+    return launch_multi<T, 3, 0b111u, 0b101u>(tensors, count, op, false, s.control.found_inf, stream);
+  });
+}
+
+// The single-tensor launchers: one MultiTensor each.
+
+cudaError_t launch_sgd_update(void* param, const void* grad, void* momentum_buf, DType dtype, int64_t numel,
+                              const SgdScalars& s, cudaStream_t stream) {
+  const MultiTensor x = one_tensor({param, grad, momentum_buf}, numel, s.control.step_count, nullptr);
+  return launch_sgd_update_multi(&x, 1, dtype, s, stream);
 }
 
 cudaError_t launch_adamw_update(void* param, const void* grad, void* exp_avg, void* exp_avg_sq, DType dtype,
                                 int64_t numel, const AdamScalars& s, cudaStream_t stream) {
-  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    const Buffers<T, 4> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(grad)),
-                              static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq)}};
-    return launch_fused<T, 4, 0b1111u, 0b1101u>(bufs, numel, AdamwOp<T>{adam_constants<T>(s), s}, stream,
-                                                s.control.found_inf);
-  });
+  const MultiTensor x = one_tensor({param, grad, exp_avg, exp_avg_sq}, numel, s.control.step_count, nullptr);
+  return launch_adamw_update_multi(&x, 1, dtype, s, stream);
 }
 
 cudaError_t launch_lamb_direction(const void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                                   void* update, DType dtype, int64_t numel, const AdamScalars& s,
                                   cudaStream_t stream) {
-  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    const Buffers<T, 5> bufs{{static_cast<T*>(const_cast<void*>(param)), static_cast<T*>(const_cast<void*>(grad)),
-                              static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), static_cast<T*>(update)}};
-    return launch_fused<T, 5, 0b01111u, 0b11100u>(bufs, numel, LambOp<T>{adam_constants<T>(s), s}, stream,
-                                                  s.control.found_inf);
-  });
+  const MultiTensor x =
+      one_tensor({param, grad, exp_avg, exp_avg_sq, update}, numel, s.control.step_count, nullptr);
+  return launch_lamb_direction_multi(&x, 1, dtype, s, stream);
 }
 
 cudaError_t launch_lamb_update(void* param, const void* update, DType dtype, int64_t numel,
                                const LambUpdateScalars& s, cudaStream_t stream) {
-  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    const Buffers<T, 2> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(update))}};
-    const LambUpdateOp<T> op{T(s.lr * s.trust), s.lr, s.trust, s.device_trust, s.control};  // lr·trust in double
-    return launch_fused<T, 2, 0b11u, 0b01u>(bufs, numel, op, stream, s.control.found_inf);
-  });
+  const MultiTensor x = one_tensor({param, update}, numel, nullptr, s.device_trust);
+  return launch_lamb_update_multi(&x, 1, dtype, s, stream);
 }
 
 cudaError_t launch_lars_update(void* param, const void* grad, void* momentum_buf, DType dtype, int64_t numel,
                                const LarsScalars& s, cudaStream_t stream) {
-  return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    const Buffers<T, 3> bufs{{static_cast<T*>(param), static_cast<T*>(const_cast<void*>(grad)),
-                              static_cast<T*>(momentum_buf)}};
-    const double scaled_lr = s.lr * s.trust;  // rounded in double, then cast (as the CPU)
-    if (s.lr_outside_momentum) {
-      const LarsOp<T, true> op{T(s.weight_decay), T(s.momentum), T(s.lr),    T(s.trust),
-                               T(scaled_lr),      s.lr,          s.trust,    s.device_trust, s.control};
-      return launch_fused<T, 3, 0b111u, 0b101u>(bufs, numel, op, stream, s.control.found_inf);
-    }
-    const LarsOp<T, false> op{T(s.weight_decay), T(s.momentum), T(s.lr),    T(s.trust),
-                              T(scaled_lr),      s.lr,          s.trust,    s.device_trust, s.control};
-    return launch_fused<T, 3, 0b111u, 0b101u>(bufs, numel, op, stream, s.control.found_inf);
-  });
+  const MultiTensor x = one_tensor({param, grad, momentum_buf}, numel, nullptr, s.device_trust);
+  return launch_lars_update_multi(&x, 1, dtype, s, stream);
 }
 
 size_t squared_norms_scratch_bytes(const NormInput* inputs, int64_t count) {
@@ -648,12 +777,12 @@ cudaError_t launch_clip_coefficient(const double* squared_norms, int64_t n, doub
   return cudaGetLastError();
 }
 
-cudaError_t launch_scale_by(void* x, DType dtype, int64_t numel, const double* factor, cudaStream_t stream) {
+cudaError_t launch_scale_by(const MultiTensor* xs, int64_t count, DType dtype, const double* factor,
+                            cudaStream_t stream) {
   if (factor == nullptr) return cudaErrorInvalidValue;
   return dispatch_update_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
-    const Buffers<T, 1> bufs{{static_cast<T*>(x)}};
-    return launch_fused<T, 1, 0b1u, 0b1u>(bufs, numel, ScaleOp<T>{factor, T(1)}, stream);
+    return launch_multi<T, 1, 0b1u, 0b1u>(xs, count, ScaleOp<T>{factor, T(1)}, false, nullptr, stream);
   });
 }
 

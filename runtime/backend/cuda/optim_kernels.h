@@ -10,6 +10,12 @@
 // taken when every buffer the kernel touches is 16-byte aligned, else a plain element loop (same
 // results: both compute each element with the same operations).
 //
+// Every update is one multi-tensor kernel (PyTorch's foreach/apex's multi_tensor_apply): a table
+// of up to kMultiTensorChunk tensors passed as a kernel parameter, one block per tile of a tensor.
+// An optimiser step over ResNet-50's 161 parameters is then a handful of launches instead of
+// 161 small ones, each leaving most of the GPU idle at its tail. A single-tensor launcher is the
+// multi-tensor one with a table of one.
+//
 // NOTE [ Optimiser rounding ]
 // The kernels round exactly as the CPU loops do when GCC compiles them for x86-64-v4 (FMA
 // available, -ffp-contract=fast, the default for C++): GCC fuses a product into an FMA when the
@@ -116,6 +122,43 @@ struct LarsScalars {
 cudaError_t launch_lars_update(void* param, const void* grad, void* momentum_buf, DType dtype, int64_t numel,
                                const LarsScalars& s, cudaStream_t stream);
 
+// ---- Multi-tensor updates --------------------------------------------------------------------
+
+// One tensor of a multi-tensor update: its flat buffers in the order the single-tensor launcher
+// takes them (sgd: param, grad, momentum_buf; adamw: param, grad, exp_avg, exp_avg_sq;
+// lamb_direction: param, grad, exp_avg, exp_avg_sq, update; lamb_update: param, update; lars:
+// param, grad, momentum_buf; unused slots null), its numel, and what the single launcher reads
+// from its scalars but differs per tensor: the step count (replaces control.step_count) and the
+// trust ratio (replaces device_trust; lamb_update and lars only).
+struct MultiTensor {
+  void* buffers[5] = {};
+  int64_t numel = 0;
+  const int64_t* step_count = nullptr;
+  const double* device_trust = nullptr;
+};
+
+// Tensors per launch of a multi-tensor update (its table is a kernel parameter, under 4 KB).
+inline constexpr int kMultiTensorChunk = 36;
+
+// Each launcher updates tensors[0..count) of `dtype` exactly as count calls of the single-tensor
+// launcher with the scalars `s` would, bit for bit (each element goes through the same operation;
+// only the thread that computes it differs), with tensors[k].step_count / device_trust in place of
+// the scalars' control.step_count / device_trust. Either every tensor has a step count or none
+// (the host's step and first_step in `s` then apply to all): a mix is cudaErrorInvalidValue.
+// Empty tensors are passed over; ceil(nonempty / kMultiTensorChunk) launches, each block taking
+// one tile of one tensor (16-byte vectors where the tensor's buffers are aligned). `tensors` is
+// host memory, read before the call returns.
+cudaError_t launch_sgd_update_multi(const MultiTensor* tensors, int64_t count, DType dtype, const SgdScalars& s,
+                                    cudaStream_t stream);
+cudaError_t launch_adamw_update_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                      const AdamScalars& s, cudaStream_t stream);
+cudaError_t launch_lamb_direction_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                        const AdamScalars& s, cudaStream_t stream);
+cudaError_t launch_lamb_update_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                     const LambUpdateScalars& s, cudaStream_t stream);
+cudaError_t launch_lars_update_multi(const MultiTensor* tensors, int64_t count, DType dtype,
+                                     const LarsScalars& s, cudaStream_t stream);
+
 // ---- Multi-tensor squared norms ---------------------------------------------------------------
 
 // One tensor of a squared_norms call: contiguous, float32 or float64.
@@ -171,9 +214,11 @@ cudaError_t launch_trust_ratios(const double* squared_norms, const double* weigh
 cudaError_t launch_clip_coefficient(const double* squared_norms, int64_t n, double max_norm, double* out,
                                     float* found_inf, cudaStream_t stream);
 
-// x[i] *= T(*factor) over a flat float32/float64 buffer of numel elements; factor float64 in
-// device memory (read once per thread).
-cudaError_t launch_scale_by(void* x, DType dtype, int64_t numel, const double* factor, cudaStream_t stream);
+// x[i] *= T(*factor) over the flat buffers xs[k].buffers[0] (xs[k].numel elements each, all of
+// `dtype`, float32/float64); factor float64 in device memory (read once per thread). One launch
+// per kMultiTensorChunk nonempty buffers.
+cudaError_t launch_scale_by(const MultiTensor* xs, int64_t count, DType dtype, const double* factor,
+                            cudaStream_t stream);
 
 // Counters per count_steps launch (their table is a kernel parameter).
 inline constexpr int kCounterChunk = 128;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -316,6 +317,305 @@ TEST_F(OptimCudaTest, EmptyUpdatesQueueNothing) {
     gpu_backend().lars_update(e, e, e, LarsParams{});
   }
   gpu_backend().synchronize();
+}
+
+// ---- Multi-tensor updates -----------------------------------------------------------------------
+//
+// The *_update_multi entry points against (a) the single-tensor calls on the GPU, bit for bit —
+// chunking (more than kMultiTensorChunk tensors in a run), tiling, runs split by parameter group,
+// per-tensor step counts and trust ratios must not change a single bit — and (b) the CPU backend
+// within the tolerance of the single-tensor tests. 90 tensors of one dtype: sizes from empty to
+// several tiles, every tenth block misaligned by one element; tensors 40 and 41 form a second
+// group (other lr, weight decay and lr_scale), so the runs are 40, 2 and 48 tensors long.
+
+constexpr int kMultiCount = 90;
+
+// One operand of a multi-tensor test: the same values on the CPU, in the GPU copy that the
+// multi-tensor call updates and in the GPU copy that the single-tensor calls update.
+struct Triple {
+  Buffer cpu_and_multi;  // .cpu / .gpu
+  Tensor single_base, single;
+};
+
+class OptimMultiCudaTest : public OptimCudaTest {
+ protected:
+  static int64_t size_of(int k) {
+    constexpr int64_t kMultiSizes[] = {0, 1, 3, 4, 5, 4095, 4096, 4097, 8193, 20011};
+    return kMultiSizes[k % std::size(kMultiSizes)];
+  }
+  static int64_t offset_of(int k) { return (k / 10) % 2; }
+  static int group_of(int k) { return k == 40 || k == 41 ? 1 : 0; }
+
+  // Operand `slot` of every tensor (seeded by slot and k).
+  std::vector<Triple> operands(DType dtype, int slot, bool positive = false) {
+    std::vector<Triple> out(kMultiCount);
+    for (int k = 0; k < kMultiCount; ++k) {
+      Triple& t = out[static_cast<size_t>(k)];
+      t.cpu_and_multi = buffer(size_of(k), offset_of(k), dtype, 1000 * slot + k, positive);
+      t.single_base = t.cpu_and_multi.cpu_base.to(gpu_);
+      t.single = t.single_base.narrow(0, offset_of(k), size_of(k));
+    }
+    return out;
+  }
+
+  // Per-device control of a device-controlled step: found_inf, lr and one step counter per
+  // tensor (k % 3 steps already taken, so first steps and bias corrections differ within a run).
+  struct Control {
+    Tensor found_inf, lr;
+    std::vector<Tensor> counters;
+  };
+  Control control(const Device& device) {
+    Control c;
+    c.found_inf = zeros({}, kFloat32, device);
+    c.lr = full({}, 0.02, kFloat64, device);
+    for (int k = 0; k < kMultiCount; ++k) c.counters.push_back(full({}, k % 3, kInt64, device));
+    return c;
+  }
+  static StepControl step_control(const Control* c, int k) {
+    StepControl s;
+    if (c == nullptr) return s;
+    s.found_inf = c->found_inf;
+    s.lr = c->lr;
+    s.lr_scale = group_of(k) == 1 ? 0.5 : 1.0;
+    s.step_count = c->counters[static_cast<size_t>(k)];
+    return s;
+  }
+  void count(Backend& backend, Control* c) {
+    if (c != nullptr) backend.count_steps(c->counters, c->found_inf, StepCounting::IfApplied);
+  }
+
+  // Every operand: the multi copy bit-identical to the single copy (whole bases), and within tol
+  // of the CPU.
+  void expect_multi_matches(const std::string& what, const std::vector<Triple>& xs, double tol) {
+    for (int k = 0; k < kMultiCount; ++k) {
+      const Triple& t = xs[static_cast<size_t>(k)];
+      const std::string where = what + " tensor " + std::to_string(k) + " (n=" + std::to_string(size_of(k)) +
+                                " offset=" + std::to_string(offset_of(k)) + ")";
+      const Tensor multi = t.cpu_and_multi.gpu_base.to(cpu_), single = t.single_base.to(cpu_);
+      ASSERT_EQ(multi.nbytes(), single.nbytes()) << where;
+      EXPECT_EQ(std::memcmp(multi.raw_data(), single.raw_data(), multi.nbytes()), 0)
+          << where << ": the multi-tensor update differs from the single-tensor one";
+      expect_close(where + " vs cpu", t.cpu_and_multi, tol);
+    }
+  }
+};
+
+TEST_F(OptimMultiCudaTest, SgdMultiMatchesSingleBitForBitAndCpu) {
+  for (DType dtype : kDtypes) {
+    for (bool on_device : {false, true}) {
+      for (bool nesterov : {false, true}) {
+        const std::string what = std::string("sgd_update_multi ") + dtype_name(dtype) +
+                                 (on_device ? " device control" : " host control") + (nesterov ? " nesterov" : "");
+        std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), b = operands(dtype, 3);
+        Control cpu_c = control(cpu_), multi_c = control(gpu_), single_c = control(gpu_);
+        for (int step = 0; step < 3; ++step) {
+          std::vector<SgdUpdateItem> cpu_items, multi_items;
+          for (int k = 0; k < kMultiCount; ++k) {
+            const size_t i = static_cast<size_t>(k);
+            SgdParams p;
+            p.lr = group_of(k) == 1 ? 0.01 : 0.05;
+            p.weight_decay = group_of(k) == 1 ? 0.0 : 1e-2;
+            p.momentum = 0.9;
+            p.dampening = nesterov ? 0.0 : 0.1;
+            p.nesterov = nesterov;
+            p.first_step = step == 0;
+            p.control = step_control(on_device ? &cpu_c : nullptr, k);
+            cpu_items.push_back({w[i].cpu_and_multi.cpu, g[i].cpu_and_multi.cpu, b[i].cpu_and_multi.cpu, p});
+            p.control = step_control(on_device ? &multi_c : nullptr, k);
+            multi_items.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, b[i].cpu_and_multi.gpu, p});
+            p.control = step_control(on_device ? &single_c : nullptr, k);
+            gpu_backend().sgd_update(w[i].single, g[i].single, b[i].single, p);
+          }
+          cpu_backend().sgd_update_multi(cpu_items);
+          gpu_backend().sgd_update_multi(multi_items);
+          count(cpu_backend(), on_device ? &cpu_c : nullptr);
+          count(gpu_backend(), on_device ? &multi_c : nullptr);
+          count(gpu_backend(), on_device ? &single_c : nullptr);
+        }
+        expect_multi_matches(what + " param", w, tol_for(dtype));
+        expect_multi_matches(what + " grad (read only)", g, 0);
+        expect_multi_matches(what + " momentum_buf", b, tol_for(dtype));
+      }
+    }
+  }
+}
+
+TEST_F(OptimMultiCudaTest, AdamwMultiMatchesSingleBitForBitAndCpu) {
+  for (DType dtype : kDtypes) {
+    for (bool on_device : {false, true}) {
+      const std::string what = std::string("adamw_update_multi ") + dtype_name(dtype) +
+                               (on_device ? " device control" : " host control");
+      std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), m = operands(dtype, 3),
+                          v = operands(dtype, 4, /*positive=*/true);
+      Control cpu_c = control(cpu_), multi_c = control(gpu_), single_c = control(gpu_);
+      for (int step = 1; step <= 3; ++step) {
+        std::vector<AdamwUpdateItem> cpu_items, multi_items;
+        for (int k = 0; k < kMultiCount; ++k) {
+          const size_t i = static_cast<size_t>(k);
+          AdamParams p;
+          p.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
+          p.weight_decay = group_of(k) == 1 ? 0.0 : 0.05;
+          p.step = step;
+          p.grad_divisor = step == 2 ? 2.5 : 1.0;
+          p.control = step_control(on_device ? &cpu_c : nullptr, k);
+          cpu_items.push_back({w[i].cpu_and_multi.cpu, g[i].cpu_and_multi.cpu, m[i].cpu_and_multi.cpu,
+                               v[i].cpu_and_multi.cpu, p});
+          p.control = step_control(on_device ? &multi_c : nullptr, k);
+          multi_items.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, m[i].cpu_and_multi.gpu,
+                                 v[i].cpu_and_multi.gpu, p});
+          p.control = step_control(on_device ? &single_c : nullptr, k);
+          gpu_backend().adamw_update(w[i].single, g[i].single, m[i].single, v[i].single, p);
+        }
+        cpu_backend().adamw_update_multi(cpu_items);
+        gpu_backend().adamw_update_multi(multi_items);
+        count(cpu_backend(), on_device ? &cpu_c : nullptr);
+        count(gpu_backend(), on_device ? &multi_c : nullptr);
+        count(gpu_backend(), on_device ? &single_c : nullptr);
+      }
+      // The device computes the bias corrections with its own pow (an ulp of difference from the
+      // host's at most): the device-controlled CPU comparison gets a looser tolerance.
+      const double tol = on_device ? 10 * tol_for(dtype) : tol_for(dtype);
+      expect_multi_matches(what + " param", w, tol);
+      expect_multi_matches(what + " exp_avg", m, tol);
+      expect_multi_matches(what + " exp_avg_sq", v, tol);
+    }
+  }
+}
+
+TEST_F(OptimMultiCudaTest, LambMultiMatchesSingleBitForBitAndCpu) {
+  for (DType dtype : kDtypes) {
+    const std::string what = std::string("lamb multi ") + dtype_name(dtype);
+    std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), m = operands(dtype, 3),
+                        v = operands(dtype, 4, /*positive=*/true), u = operands(dtype, 5);
+    // Global clipping decided on the device (norm 3 > max 1: divisor 3) and per-tensor trust ratios,
+    // every third tensor without one (the host trust 1 applies: a mix within a run).
+    const Tensor norm_cpu = full({}, 3.0, kFloat64, cpu_), norm_gpu = full({}, 3.0, kFloat64, gpu_);
+    std::vector<double> ratios(kMultiCount);
+    for (int k = 0; k < kMultiCount; ++k) ratios[static_cast<size_t>(k)] = 0.5 + 0.01 * k;
+    const Tensor ratios_cpu = from_vector(ratios, {kMultiCount}, cpu_), ratios_gpu = ratios_cpu.to(gpu_);
+    std::vector<LambDirectionItem> cpu_dir, multi_dir;
+    std::vector<LambUpdateItem> cpu_upd, multi_upd;
+    for (int k = 0; k < kMultiCount; ++k) {
+      const size_t i = static_cast<size_t>(k);
+      AdamParams p;
+      p.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
+      p.weight_decay = group_of(k) == 1 ? 0.0 : 0.01;
+      p.step = 4;
+      p.max_grad_norm = 1.0;
+      p.grad_norm = norm_cpu;
+      cpu_dir.push_back({w[i].cpu_and_multi.cpu, g[i].cpu_and_multi.cpu, m[i].cpu_and_multi.cpu,
+                         v[i].cpu_and_multi.cpu, u[i].cpu_and_multi.cpu, p});
+      p.grad_norm = norm_gpu;
+      multi_dir.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, m[i].cpu_and_multi.gpu,
+                           v[i].cpu_and_multi.gpu, u[i].cpu_and_multi.gpu, p});
+      gpu_backend().lamb_direction(w[i].single, g[i].single, m[i].single, v[i].single, u[i].single, p);
+      LambUpdateParams q;
+      q.lr = p.lr;
+      const bool adapted = k % 3 != 0;
+      q.trust_index = k;
+      q.trust_ratios = adapted ? ratios_cpu : Tensor();
+      cpu_upd.push_back({w[i].cpu_and_multi.cpu, u[i].cpu_and_multi.cpu, q});
+      q.trust_ratios = adapted ? ratios_gpu : Tensor();
+      multi_upd.push_back({w[i].cpu_and_multi.gpu, u[i].cpu_and_multi.gpu, q});
+    }
+    cpu_backend().lamb_direction_multi(cpu_dir);
+    gpu_backend().lamb_direction_multi(multi_dir);
+    // The second stage after every direction (the optimiser's order), on each copy.
+    for (int k = 0; k < kMultiCount; ++k) {
+      const size_t i = static_cast<size_t>(k);
+      LambUpdateParams q = multi_upd[i].p;
+      gpu_backend().lamb_update(w[i].single, u[i].single, q);
+    }
+    cpu_backend().lamb_update_multi(cpu_upd);
+    gpu_backend().lamb_update_multi(multi_upd);
+    expect_multi_matches(what + " param", w, tol_for(dtype));
+    expect_multi_matches(what + " exp_avg", m, tol_for(dtype));
+    expect_multi_matches(what + " exp_avg_sq", v, tol_for(dtype));
+    expect_multi_matches(what + " update", u, tol_for(dtype));
+  }
+}
+
+TEST_F(OptimMultiCudaTest, LarsMultiMatchesSingleBitForBitAndCpu) {
+  for (DType dtype : kDtypes) {
+    for (bool outside : {false, true}) {
+      const std::string what =
+          std::string("lars_update_multi ") + dtype_name(dtype) + (outside ? " lr outside" : " lr inside");
+      std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), b = operands(dtype, 3);
+      std::vector<double> ratios(kMultiCount);
+      for (int k = 0; k < kMultiCount; ++k) ratios[static_cast<size_t>(k)] = 0.2 + 0.005 * k;
+      const Tensor ratios_cpu = from_vector(ratios, {kMultiCount}, cpu_), ratios_gpu = ratios_cpu.to(gpu_);
+      Control cpu_c = control(cpu_), multi_c = control(gpu_), single_c = control(gpu_);  // lr and found_inf
+      for (int step = 0; step < 2; ++step) {
+        std::vector<LarsUpdateItem> cpu_items, multi_items;
+        for (int k = 0; k < kMultiCount; ++k) {
+          const size_t i = static_cast<size_t>(k);
+          LarsParams p;
+          p.lr = 0.3;
+          p.momentum = 0.9;
+          p.weight_decay = group_of(k) == 1 ? 0.0 : 1e-4;
+          p.lr_outside_momentum = outside;
+          p.trust_index = k;
+          const bool adapted = k % 4 != 0;
+          p.trust_ratios = adapted ? ratios_cpu : Tensor();
+          p.control = step_control(&cpu_c, k);
+          cpu_items.push_back({w[i].cpu_and_multi.cpu, g[i].cpu_and_multi.cpu, b[i].cpu_and_multi.cpu, p});
+          p.trust_ratios = adapted ? ratios_gpu : Tensor();
+          p.control = step_control(&multi_c, k);
+          multi_items.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, b[i].cpu_and_multi.gpu, p});
+          p.control = step_control(&single_c, k);
+          gpu_backend().lars_update(w[i].single, g[i].single, b[i].single, p);
+        }
+        cpu_backend().lars_update_multi(cpu_items);
+        gpu_backend().lars_update_multi(multi_items);
+      }
+      expect_multi_matches(what + " param", w, tol_for(dtype));
+      expect_multi_matches(what + " momentum_buf", b, tol_for(dtype));
+    }
+  }
+}
+
+// found_inf set: a multi-tensor update over every run writes nothing.
+TEST_F(OptimMultiCudaTest, SkippedMultiStepWritesNothing) {
+  for (DType dtype : kDtypes) {
+    std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), m = operands(dtype, 3),
+                        v = operands(dtype, 4, /*positive=*/true);
+    Control c = control(gpu_);
+    c.found_inf.fill_(1.0);
+    std::vector<AdamwUpdateItem> items;
+    for (int k = 0; k < kMultiCount; ++k) {
+      const size_t i = static_cast<size_t>(k);
+      AdamParams p;
+      p.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
+      p.weight_decay = 0.05;
+      p.control = step_control(&c, k);
+      items.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, m[i].cpu_and_multi.gpu,
+                       v[i].cpu_and_multi.gpu, p});
+    }
+    gpu_backend().adamw_update_multi(items);
+    for (const auto* xs : {&w, &m, &v})
+      for (int k = 0; k < kMultiCount; ++k)
+        expect_bit_identical(std::string("skipped adamw_update_multi ") + dtype_name(dtype) + " tensor " +
+                                 std::to_string(k),
+                             (*xs)[static_cast<size_t>(k)].cpu_and_multi);
+  }
+}
+
+// A bad item anywhere in the list is an error before anything is queued: the good items before it
+// stay as they were.
+TEST_F(OptimMultiCudaTest, BadItemFailsTheWholeCallBeforeAnyLaunch) {
+  std::vector<Triple> w = operands(kFloat32, 1), g = operands(kFloat32, 2), b = operands(kFloat32, 3);
+  std::vector<SgdUpdateItem> items;
+  for (int k = 0; k < kMultiCount; ++k) {
+    const size_t i = static_cast<size_t>(k);
+    SgdParams p;
+    p.lr = 0.1;
+    p.momentum = 0.9;
+    items.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, b[i].cpu_and_multi.gpu, p});
+  }
+  items.back().grad = Tensor::empty({size_of(kMultiCount - 1) + 1}, kFloat32, gpu_);  // wrong numel
+  EXPECT_THROW(gpu_backend().sgd_update_multi(items), Error);
+  for (int k = 0; k < kMultiCount; ++k)
+    expect_bit_identical("untouched tensor " + std::to_string(k), w[static_cast<size_t>(k)].cpu_and_multi);
 }
 
 // ---- Squared norms ------------------------------------------------------------------------------
