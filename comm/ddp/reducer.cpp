@@ -41,7 +41,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, ProcessGroup& group, Reduc
   // Reverse registration order: backward produces the last layers' gradients first.
   std::vector<size_t> order(params_.size());
   std::iota(order.rbegin(), order.rend(), size_t(0));
-  plan(order);
+  plan(order, /*initial=*/true);
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].second.register_grad_ready_hook([alive = std::weak_ptr<bool>(alive_), this, i](Tensor&) {
       if (alive.lock()) on_gradient_ready(i);
@@ -51,6 +51,7 @@ Reducer::Reducer(std::vector<nn::NamedTensor> params, ProcessGroup& group, Reduc
 
 Reducer::~Reducer() {
   alive_.reset();
+  for (auto& [name, p] : params_) p.set_grad_home(Tensor());  // the buckets go with us
   for (WorkPtr& w : work_) {
     if (!w) continue;
     try {
@@ -60,16 +61,22 @@ Reducer::~Reducer() {
   }
 }
 
-void Reducer::plan(const std::vector<size_t>& order) {
+void Reducer::plan(const std::vector<size_t>& order, bool initial) {
   NoGradGuard no_grad;
   std::vector<Bucket> buckets;
   std::vector<Slot> slots(params_.size());
   // Packing: a new bucket when the current one would overflow its limit (the first bucket's is
-  // small) or the dtype or device changes.
+  // small) or the dtype or device changes. Every gradient starts on a kGradAlignBytes boundary
+  // of its bucket, as a fresh allocation would: kernels that write it in place (NOTE [ Gradient
+  // homes ]) and the optimiser's vector loads see the alignment they would see without DDP. The
+  // gaps stay zero (all-reduced as zeros).
   std::vector<int64_t> bucket_elements, bucket_bytes;
   for (size_t index : order) {
     const Tensor& p = params_[index].second;
-    const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+    const int64_t element = static_cast<int64_t>(p.element_size());
+    const int64_t align = std::max<int64_t>(1, kGradAlignBytes / element);
+    const int64_t padded = (p.numel() + align - 1) / align * align;
+    const int64_t bytes = padded * element;
     bool fresh = buckets.empty();
     if (!fresh) {
       const Tensor& first = params_[buckets.back().params.front()].second;
@@ -86,7 +93,7 @@ void Reducer::plan(const std::vector<size_t>& order) {
     b.offsets.push_back(bucket_elements.back());
     slots[index].bucket = static_cast<int>(buckets.size() - 1);
     slots[index].offset = bucket_elements.back();
-    bucket_elements.back() += p.numel();
+    bucket_elements.back() += padded;
     bucket_bytes.back() += bytes;
   }
   for (size_t bi = 0; bi < buckets.size(); ++bi) {
@@ -101,8 +108,13 @@ void Reducer::plan(const std::vector<size_t>& order) {
       Slot& slot = slots[index];
       slot.view = b.buffer.narrow(0, b.offsets[k], p.numel()).view(p.shape());
       // Keep what has accumulated so far (a re-plan happens between steps).
-      if (Tensor g = p.grad(); g.defined()) slot.view.copy_(g);
-      p.set_grad(slot.view);
+      if (Tensor g = p.grad(); g.defined()) {
+        slot.view.copy_(g);
+        p.set_grad(slot.view);
+      } else if (initial) {
+        p.set_grad(slot.view);
+      }
+      p.set_grad_home(slot.view);  // later steps' backward writes it here (NOTE [ Gradient homes ])
     }
   }
   buckets_ = std::move(buckets);
@@ -244,7 +256,7 @@ void Reducer::replan_from_rank0_order() {
              "DDP: rank 0 sent an invalid bucket order (does every rank build the same model?)");
     plan_order[i] = static_cast<size_t>(agreed[i]);
   }
-  plan(plan_order);
+  plan(plan_order, /*initial=*/false);
   ++replans_;
 }
 

@@ -5,9 +5,12 @@
 // most `first_bucket_bytes` (small, so the first all-reduce starts as early as possible), the
 // others `bucket_bytes` (PyTorch DDP's 1 MiB / 25 MiB). A parameter's .grad is a view into its
 // bucket (gradient-as-bucket-view), so the all-reduce runs on the gradients themselves with no
-// copy in either direction. When a gradient is not the view (after zero_grad(set_to_none), the
-// next backward allocates a fresh one) the ready hook copies it in and re-points .grad, as
-// PyTorch does.
+// copy in either direction. After zero_grad(set_to_none) the view is also the parameter's
+// gradient home (NOTE [ Gradient homes ] in runtime/autograd/engine.h): the next backward writes
+// the gradient straight into the bucket — the kernel that computes a weight's gradient writes it
+// there — instead of allocating it and leaving the reducer a copy, which PyTorch DDP makes. The
+// ready hook still copies a gradient that arrives elsewhere (a .grad set by hand) and re-points
+// .grad. Each gradient starts on a kGradAlignBytes boundary of its bucket.
 //
 // The first plan takes parameters in reverse registration order: backward reaches late layers
 // first. During the first synchronised backward the reducer records the order in which gradients
@@ -44,6 +47,9 @@
 #include "runtime/nn/module.h"
 
 namespace dp {
+
+// Alignment of each gradient inside its bucket (NOTE [ Buckets ]): a CUDA allocation's.
+inline constexpr int64_t kGradAlignBytes = 256;
 
 struct ReducerOptions {
   int64_t first_bucket_bytes = int64_t(1) << 20;
@@ -104,7 +110,9 @@ class Reducer {
     Tensor view;  // its gradient inside the bucket
   };
 
-  void plan(const std::vector<size_t>& order);
+  // initial: the constructor's plan, which makes every .grad its view; a re-plan keeps an unset
+  // .grad unset (zero_grad(set_to_none) before it) and moves a set one into the new buckets.
+  void plan(const std::vector<size_t>& order, bool initial);
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();
   void replan_from_rank0_order();

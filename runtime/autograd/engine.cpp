@@ -17,6 +17,23 @@ struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
+// NOTE [ Gradient homes ]: offers node input i's leaf home when node's gradient will be the
+// leaf's only one in this backward — its edge is the last one left into the leaf's
+// AccumulateGrad (a node with two edges into one leaf counts two) and no other gradient has
+// arrived there — and the leaf's .grad is unset.
+void offer_gradient_homes(Node& node, const std::unordered_map<Node*, int>& dependencies,
+                          const std::unordered_map<Node*, Tensor>& grads) {
+  for (size_t i = 0; i < node.next.size(); ++i) {
+    Node* next = node.next[i].get();
+    auto* accumulate = dynamic_cast<AccumulateGrad*>(next);
+    if (accumulate == nullptr || dependencies.at(next) != 1 || grads.count(next) != 0) continue;
+    Tensor home = accumulate->first_gradient_home();
+    if (!home.defined()) continue;
+    if (node.offered.empty()) node.offered.resize(node.next.size());
+    node.offered[i] = std::move(home);
+  }
+}
+
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& grad_root) {
@@ -55,7 +72,9 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
     Tensor grad_out = std::move(grads[node]);
     grads.erase(node);
     std::vector<Tensor> input_grads;
+    if (grad_out.defined()) offer_gradient_homes(*node, dependencies, grads);
     if (grad_out.defined() || dynamic_cast<AccumulateGrad*>(node)) input_grads = node->backward(grad_out);
+    node->offered.clear();
     node->release();
     for (size_t i = 0; i < node->next.size(); ++i) {
       Node* next = node->next[i].get();

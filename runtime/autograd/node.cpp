@@ -45,6 +45,25 @@ Tensor fresh_copy(const Tensor& incoming, const Tensor& leaf) {
 
 }  // namespace
 
+Tensor Node::offered_home(size_t i, const Shape& shape, DType dtype, Device device) const {
+  if (i >= offered.size()) return Tensor();
+  const Tensor& home = offered[i];
+  const bool fits = home.defined() && home.shape() == shape && home.dtype() == dtype && home.device() == device &&
+                    home.is_contiguous();
+  return fits ? home : Tensor();
+}
+
+Tensor Node::grad_buffer(size_t i, const Shape& shape, DType dtype, Device device) const {
+  Tensor home = offered_home(i, shape, dtype, device);
+  return home.defined() ? home : Tensor::empty(shape, dtype, device);
+}
+
+Tensor AccumulateGrad::first_gradient_home() const {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  if (!impl || !impl->autograd || impl->autograd->grad || !impl->autograd->grad_home) return Tensor();
+  return Tensor(impl->autograd->grad_home);
+}
+
 std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
   if (!impl) return {};  // the parameter was destroyed; nothing to accumulate into
@@ -53,7 +72,15 @@ std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
     DP_CHECK(grad_output.shape() == leaf.shape(), "gradient of shape ", shape_str(grad_output.shape()),
              " for a leaf of shape ", shape_str(leaf.shape()));
     Tensor grad = leaf.grad();
-    if (!grad.defined()) {
+    Tensor home = leaf.grad_home();
+    if (!grad.defined() && home.defined()) {  // NOTE [ Gradient homes ]
+      if (grad_output.impl_ptr() != home.impl_ptr()) {  // the op did not write it there
+        home.copy_(grad_output);
+        ++home_copies_;
+      }
+      home.bump_version();
+      leaf.set_grad(home);
+    } else if (!grad.defined()) {
       leaf.set_grad(can_steal(grad_output, leaf) ? grad_output.detach() : fresh_copy(grad_output, leaf));
     } else {
       Tensor src = grad_output.contiguous();

@@ -31,6 +31,16 @@ class Node {
   // Drops saved tensors; called by the engine once the node has run.
   virtual void release() {}
   bool needs_input_grad(size_t i) const { return i < next.size() && next[i] != nullptr; }
+  // A fresh tensor for input i's gradient, or the buffer the engine offered for it: the leaf's
+  // gradient home, when this node's gradient is the leaf's only one in this backward (NOTE
+  // [ Gradient homes ] in autograd/engine.h). Ops that allocate a gradient of their own (a
+  // weight's, a bias's) take it from here so that it can be written where it will live; an
+  // offered buffer is used only when it has exactly this shape, dtype, device and is contiguous.
+  Tensor grad_buffer(size_t i, const Shape& shape, DType dtype, Device device) const;
+  // The buffer offered for input i when it has this shape, dtype and device, else undefined.
+  Tensor offered_home(size_t i, const Shape& shape, DType dtype, Device device) const;
+  // Set by the engine just before backward() (an undefined entry: nothing offered).
+  std::vector<Tensor> offered;
 
   std::vector<std::shared_ptr<Node>> next;
 
@@ -56,9 +66,16 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   std::vector<Tensor> backward(const Tensor& grad_output) override;
+  // The leaf's gradient home when this backward would write .grad afresh (it is unset), else
+  // undefined (NOTE [ Gradient homes ]).
+  Tensor first_gradient_home() const;
+  // Gradients this node copied into the leaf's home because the producing op had not written
+  // them there (a test's view of whether the offer was taken).
+  int64_t home_copies() const { return home_copies_; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
+  int64_t home_copies_ = 0;
 };
 
 // A tensor kept for backward. It remembers the version counter so an in-place write between

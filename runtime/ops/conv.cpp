@@ -75,13 +75,14 @@ Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bia
              Tensor dy = g.contiguous(format);
              Backend& be = dy.device().backend();
              Tensor dx, dw, db;
-             if (node.needs_input_grad(2)) db = Tensor::empty({w_shape[0]}, dy.dtype(), dy.device());
+             // dw and db where they will live (NOTE [ Gradient homes ]), when offered.
+             if (node.needs_input_grad(2)) db = node.grad_buffer(2, {w_shape[0]}, dy.dtype(), dy.device());
              if (node.needs_input_grad(0)) {  // a network's first conv skips this: its input is data
                dx = Tensor::empty(x_shape, dy.dtype(), dy.device(), format);
                be.conv2d_backward_input(dy, saved_w.get("conv2d"), dx, p);
              }
              if (node.needs_input_grad(1)) {  // the bias gradient comes fused with the weight's
-               dw = Tensor::empty(w_shape, dy.dtype(), dy.device());
+               dw = node.grad_buffer(1, w_shape, dy.dtype(), dy.device());
                be.conv2d_backward_weight(dy, saved_x.get("conv2d"), dw, db, p);
              } else if (db.defined()) {  // bias alone: sum dy over N, OH, OW
                be.reduce(ReduceOp::Sum, dy, db.reshape({1, w_shape[0], 1, 1}));

@@ -25,9 +25,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
 
   if (any_requires_grad({&weight})) {
     SavedTensor sindices(flat_indices);
-    record(op, out, {weight}, [sindices, V, D, K, padding_idx](const Tensor& g, const Node&) {
+    record(op, out, {weight}, [sindices, V, D, K, padding_idx](const Tensor& g, const Node& n) {
       // g [*, D] → dout [K, D]; dweight [V, D]: scatter-add of dout rows
-      Tensor dweight = zeros({V, D}, g.dtype(), g.device());
+      Tensor dweight = n.grad_buffer(0, {V, D}, g.dtype(), g.device());  // NOTE [ Gradient homes ]
+      dweight.zero_();
       g.device().backend().embedding_backward(g.contiguous().view({K, D}), sindices.get(op), dweight, padding_idx);
       return std::vector<Tensor>{dweight};
     });

@@ -19,8 +19,9 @@ Tensor gemm_operand(const Tensor& t) {
   return row_major || col_major ? t : t.contiguous();
 }
 
-// c = a @ b for 2-D or 3-D operands that already have compatible shapes.
-Tensor gemm_forward(const Tensor& a, const Tensor& b, const char* op) {
+// c = a @ b for 2-D or 3-D operands that already have compatible shapes; into `out` when it is
+// given (contiguous, the product's shape and dtype).
+Tensor gemm_forward(const Tensor& a, const Tensor& b, const char* op, const Tensor& out = Tensor()) {
   check_same_device(op, a, b);
   check_floating(op, a);
   DP_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch (", a.str(), " and ", b.str(), ")");
@@ -36,7 +37,9 @@ Tensor gemm_forward(const Tensor& a, const Tensor& b, const char* op) {
     if (a3.dim() == 2) a3 = a3.unsqueeze(0).expand({batch, M, K});
     if (b3.dim() == 2) b3 = b3.unsqueeze(0).expand({batch, K, N});
   }
-  Tensor c = Tensor::empty(batch ? Shape{batch, M, N} : Shape{M, N}, a.dtype(), a.device());
+  const Shape c_shape = batch ? Shape{batch, M, N} : Shape{M, N};
+  Tensor c = out.defined() ? out : Tensor::empty(c_shape, a.dtype(), a.device());
+  DP_ASSERT(c.shape() == c_shape && c.dtype() == a.dtype() && c.is_contiguous());
   a.device().backend().gemm(a3, b3, c, 1.0, 0.0);
   return c;
 }
@@ -100,7 +103,10 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
       Tensor g2 = g.reshape({-1, out_features});
       Tensor gx, gw, gb;
       if (n.needs_input_grad(0)) gx = matmul(g2, sw.get("linear")).reshape(x_shape);  // [B,out]@[out,in]
-      if (n.needs_input_grad(1)) gw = matmul(g2.t(), sx.get("linear"));              // [out,B]@[B,in]
+      if (n.needs_input_grad(1)) {  // [out,B]@[B,in], into the weight's home when offered
+        const Tensor x2 = sx.get("linear");
+        gw = gemm_forward(g2.t(), x2, "linear", n.grad_buffer(1, {out_features, x2.size(1)}, g2.dtype(), g2.device()));
+      }
       if (n.needs_input_grad(2)) gb = sum(g2, {0});
       return std::vector<Tensor>{gx, gw, gb};
     });

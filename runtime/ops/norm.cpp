@@ -32,11 +32,13 @@ Tensor optional_operand(const Tensor& t, const Shape& shape) {
 }
 
 // A gradient buffer of `dtype` for input i when backward needs it, else undefined (the kernel
-// skips it). Zero-filled for an empty input x, where the kernel does not run.
+// skips it): the parameter's gradient home when offered (NOTE [ Gradient homes ]). Zero-filled
+// for an empty input x, where the kernel does not run.
 Tensor grad_buffer_if_needed(const Node& node, size_t i, const Shape& shape, DType dtype, const Tensor& x,
                              MemoryFormat format = MemoryFormat::Contiguous) {
   if (!node.needs_input_grad(i)) return Tensor();
-  Tensor buf = Tensor::empty(shape, dtype, x.device(), format);
+  Tensor buf = format == MemoryFormat::Contiguous ? node.grad_buffer(i, shape, dtype, x.device())
+                                                  : Tensor::empty(shape, dtype, x.device(), format);
   if (x.numel() == 0) buf.zero_();
   return buf;
 }
@@ -187,14 +189,15 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       // caller's shapes)
       Tensor saved_x = sx.get(op);
       Tensor dx = grad_buffer_if_needed(n, 0, rows, saved_x.dtype(), saved_x);
-      Tensor dweight = grad_buffer_if_needed(n, 1, features, weight_dtype, saved_x);
-      Tensor dbias = grad_buffer_if_needed(n, 2, features, bias_dtype, saved_x);
+      // dweight and dbias in the parameters' shapes (their homes' when offered), flat for the kernel.
+      Tensor dweight = grad_buffer_if_needed(n, 1, normalized_shape, weight_dtype, saved_x);
+      Tensor dbias = grad_buffer_if_needed(n, 2, normalized_shape, bias_dtype, saved_x);
+      auto shaped = [](const Tensor& t, const Shape& s) { return t.defined() ? t.view(s) : t; };
       if (saved_x.numel() > 0)
         saved_x.device().backend().layer_norm_backward(g.contiguous().view(rows), saved_x, sw.get(op),
-                                                       smean.get(op), srstd.get(op), dx, dweight, dbias);
-      auto shaped = [](const Tensor& t, const Shape& s) { return t.defined() ? t.view(s) : t; };
-      return std::vector<Tensor>{shaped(dx, x_shape), shaped(dweight, normalized_shape),
-                                 shaped(dbias, normalized_shape)};
+                                                       smean.get(op), srstd.get(op), dx, shaped(dweight, features),
+                                                       shaped(dbias, features));
+      return std::vector<Tensor>{shaped(dx, x_shape), dweight, dbias};
     });
   }
   return out;

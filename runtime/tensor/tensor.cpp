@@ -87,7 +87,12 @@ Tensor Tensor::to(DType target) const {
   device().backend().copy(*this, out);
   if (any_requires_grad({this}) && is_floating(target)) {
     DType source = dtype();
-    record("to_dtype", out, {*this}, [source](const Tensor& g, const Node&) {
+    record("to_dtype", out, {*this}, [source](const Tensor& g, const Node& node) {
+      // An autocast weight's gradient widened straight into its home (NOTE [ Gradient homes ]).
+      if (Tensor home = node.offered_home(0, g.shape(), source, g.device()); home.defined()) {
+        g.device().backend().copy(g, home);
+        return std::vector<Tensor>{home};
+      }
       return std::vector<Tensor>{g.to(source)};
     });
   }
@@ -229,6 +234,22 @@ void Tensor::set_grad_fn(std::shared_ptr<Node> fn) {
   if (!impl().autograd) impl().autograd = std::make_unique<AutogradMeta>();
   impl().autograd->grad_fn = std::move(fn);
   impl().autograd->requires_grad = impl().autograd->grad_fn != nullptr;
+}
+
+void Tensor::set_grad_home(const Tensor& home) {
+  if (!impl().autograd) impl().autograd = std::make_unique<AutogradMeta>();
+  if (home.defined()) {
+    DP_CHECK(is_leaf() && home.shape() == shape() && home.dtype() == dtype() && home.device() == device() &&
+                 home.is_contiguous(),
+             "set_grad_home: the home of a leaf's gradient must be contiguous with its shape, dtype and device, got ",
+             home.str(), " for ", str());
+  }
+  impl().autograd->grad_home = home.defined() ? home.impl_ptr() : nullptr;
+}
+
+Tensor Tensor::grad_home() const {
+  if (!impl().autograd || !impl().autograd->grad_home) return Tensor();
+  return Tensor(impl().autograd->grad_home);
 }
 
 void Tensor::register_grad_ready_hook(GradReadyHook hook) {

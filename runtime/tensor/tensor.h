@@ -35,6 +35,9 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;               // producer of a non-leaf
   std::shared_ptr<AccumulateGrad> accumulator; // created lazily for leaves that require grad
   std::vector<GradReadyHook> grad_ready_hooks; // leaves only
+  // Where a backward's first accumulation writes this leaf's gradient when .grad is unset (its
+  // view in a DDP gradient bucket; NOTE [ Gradient homes ] in autograd/engine.h). Leaves only.
+  std::shared_ptr<TensorImpl> grad_home;
 };
 
 struct TensorImpl {
@@ -127,6 +130,11 @@ class Tensor {
   void set_grad_fn(std::shared_ptr<Node> fn);  // used by ops when recording
   // Registers a hook fired once per backward when this leaf's gradient is final.
   void register_grad_ready_hook(GradReadyHook hook);
+  // The tensor a backward writes this leaf's gradient into when .grad is unset (NOTE [ Gradient
+  // homes ] in autograd/engine.h): the leaf's shape, dtype and device, contiguous; undefined
+  // clears it.
+  void set_grad_home(const Tensor& home);
+  Tensor grad_home() const;
   // Reverse-mode autodiff from this tensor; `grad` defaults to ones for a one-element tensor.
   void backward(const Tensor& grad = Tensor()) const;
 

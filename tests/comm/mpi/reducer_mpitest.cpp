@@ -23,6 +23,7 @@
 #include "mpi_test_environment.h"
 #include "optim/sgd.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/autograd/node.h"
 #include "runtime/core/runtime.h"
 #include "runtime/nn/linear.h"
 #include "runtime/ops/creation.h"
@@ -229,11 +230,44 @@ TEST_F(ReducerTest, GradientsAreViewsOfBucketsSizedAsAsked) {
     for (size_t k = 0; k < buckets[b].params.size(); ++k) {
       const Tensor& p = reducer.parameters()[buckets[b].params[k]].second;
       EXPECT_EQ(p.grad().storage(), buckets[b].buffer.storage()) << reducer.parameters()[buckets[b].params[k]].first;
+      // Each gradient on a kGradAlignBytes boundary (64 float32 values), the gap after it < 64.
+      EXPECT_EQ(buckets[b].offsets[k] % 64, 0) << reducer.parameters()[buckets[b].params[k]].first;
+      const int64_t end = k + 1 < buckets[b].params.size() ? buckets[b].offsets[k + 1] : buckets[b].buffer.numel();
+      EXPECT_GE(end - buckets[b].offsets[k], p.numel());
+      EXPECT_LT(end - buckets[b].offsets[k], p.numel() + 64);
     }
   }
-  int64_t params = 0;
-  for (const Tensor& p : m->parameters()) params += p.numel();
-  EXPECT_EQ(total, params);
+  int64_t padded = 0;
+  for (const Tensor& p : m->parameters()) padded += (p.numel() + 63) / 64 * 64;
+  EXPECT_EQ(total, padded);
+}
+
+// NOTE [ Gradient homes ]: after zero_grad(set_to_none) backward writes each gradient into its
+// bucket itself — the linear layers' weight gradients by the GEMM that computes them (no copy by
+// anyone), the biases' (a reduction's result) copied there once by autograd — and the reducer's
+// averages are those of a run that allocates fresh gradients.
+TEST_F(ReducerTest, BackwardWritesGradientsStraightIntoTheBuckets) {
+  auto m = model("mlp", 1);
+  Reducer reducer(m->named_parameters(), *group_);
+  Generator data(5);
+  for (int step = 0; step < 3; ++step) {
+    m->zero_grad(true);
+    const Tensor x = randn({4, 1, 28, 28}, data, kFloat32, cpu_);
+    const Tensor y = labels(4, data);
+    std::vector<int64_t> copies_before;
+    for (const auto& [name, p] : reducer.parameters())
+      copies_before.push_back(std::dynamic_pointer_cast<AccumulateGrad>(gradient_edge(p))->home_copies());
+    reducer.prepare_for_backward(true);
+    cross_entropy(m->forward(x.narrow(0, rank() * 2 % 4, 2)), y.narrow(0, rank() * 2 % 4, 2)).backward();
+    reducer.finish();
+    for (size_t i = 0; i < reducer.parameters().size(); ++i) {
+      const auto& [name, p] = reducer.parameters()[i];
+      const int64_t copies =
+          std::dynamic_pointer_cast<AccumulateGrad>(gradient_edge(p))->home_copies() - copies_before[i];
+      EXPECT_EQ(p.grad().raw_data(), p.grad_home().raw_data()) << name << " step " << step;
+      EXPECT_EQ(copies, p.dim() == 2 ? 0 : 1) << name << " step " << step;
+    }
+  }
 }
 
 TEST_F(ReducerTest, FirstBucketLaunchesBeforeBackwardEnds) {
