@@ -20,6 +20,49 @@ namespace {
 
 #ifdef DPTRAIN_HAVE_CUDA
 
+// merge_find_runs (host logic, no GPU needed): each (algo, math type) keeps its better time over
+// the two Find runs, failures and untimed results last.
+struct FakePerf {
+  int algo;
+  int mathType;
+  float time;
+  int status;  // 0: success
+};
+
+TEST(ConvFindMerge, EachAlgorithmKeepsItsBetterTimeFastestFirst) {
+  auto ok = [](const FakePerf& r) { return r.status == 0; };
+  const std::vector<FakePerf> first = {
+      {3, 0, 2.0f, 0},   // the "slow" first timing of an algorithm (module loading)
+      {1, 0, 1.5f, 0},
+      {1, 1, 1.4f, 0},   // same algorithm, other math type: a separate result
+      {5, 0, -1.0f, 0},  // not timed in the first run
+      {7, 0, 0.5f, 9},   // failed in the first run
+      {8, 0, 3.0f, 0},
+  };
+  const std::vector<FakePerf> second = {
+      {1, 0, 1.6f, 0}, {3, 0, 1.0f, 0}, {5, 0, 1.2f, 0}, {7, 0, 0.4f, 0}, {8, 0, 2.5f, 9}, {1, 1, -1.0f, 0},
+      {9, 0, 0.1f, 0},  // only in the second run: left out
+  };
+  const std::vector<FakePerf> merged = cuda::merge_find_runs(first, second, ok);
+  ASSERT_EQ(merged.size(), first.size());
+  const int want_algo[] = {7, 3, 5, 1, 1, 8};
+  const int want_math[] = {0, 0, 0, 1, 0, 0};
+  const float want_time[] = {0.4f, 1.0f, 1.2f, 1.4f, 1.5f, 3.0f};
+  for (size_t i = 0; i < merged.size(); ++i) {
+    EXPECT_EQ(merged[i].algo, want_algo[i]) << i;
+    EXPECT_EQ(merged[i].mathType, want_math[i]) << i;
+    EXPECT_EQ(merged[i].time, want_time[i]) << i;
+    EXPECT_EQ(merged[i].status, 0) << i;
+  }
+  // A result usable in neither run goes last, unchanged.
+  const std::vector<FakePerf> never = cuda::merge_find_runs(std::vector<FakePerf>{{4, 0, 1.0f, 9}, {2, 0, 0.9f, 0}},
+                                                            std::vector<FakePerf>{{4, 0, -1.0f, 0}}, ok);
+  ASSERT_EQ(never.size(), 2u);
+  EXPECT_EQ(never[0].algo, 2);
+  EXPECT_EQ(never[1].algo, 4);
+  EXPECT_EQ(never[1].status, 9);
+}
+
 // Output size as the op layer computes it.
 int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
   return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
