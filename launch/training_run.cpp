@@ -416,7 +416,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
 
   // ---- Optimiser, schedule, loss scaling, objective ----
   r.optimizer = make_optimizer(config.optimizer, r.model->named_parameters(),
-                               OptimizerContext{world.group, r.cpu, static_cast<int>(config.run.threads)});
+                               OptimizerContext{world.group, static_cast<int>(config.run.threads)});
   r.schedule = make_schedule(config, steps_per_epoch);
   // NOTE [ Schedule clock ] (optim/lr_schedule.h): on the device, advanced only by applied steps
   // when schedule.count_skipped_steps is false.

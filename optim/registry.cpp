@@ -86,7 +86,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
     o.grafting_epsilon = spec.grafting_eps;
     o.grafting_beta2 = spec.grafting_beta2;
     o.process_group = context.process_group;
-    o.host = context.host;
+    // The state on the parameters' device: on a GPU the backend kernels (NOTE [ Shampoo on a device ]).
     o.threads = context.threads;
     return std::make_unique<Shampoo>(std::move(groups), o);
   }

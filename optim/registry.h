@@ -23,11 +23,10 @@ namespace dp {
 class ProcessGroup;
 
 // What an optimiser may need beyond its parameters. Shampoo spreads its root computations over
-// the process group's ranks (null: all local) and keeps its float64 state on `host` (a CPU device;
-// invalid: the parameters' device, which must then be the CPU), computing there with `threads`.
+// the process group's ranks (null: all local), keeps its float64 state on the parameters' device
+// (NOTE [ Shampoo on a device ]) and computes its roots (and, on a CPU, everything) with `threads`.
 struct OptimizerContext {
   ProcessGroup* process_group = nullptr;
-  Device host{};
   int threads = 0;  // CPU threads for host-side work (Shampoo's products and roots); 0: OpenMP's default
 };
 

@@ -6,12 +6,17 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
+#include <cfloat>
 #include <cmath>
 #include <numeric>
 
 #include "comm/process_group.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/ops/creation.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/matmul.h"
+#include "runtime/ops/reduce.h"
+#include "runtime/ops/shape_ops.h"
 
 namespace dp {
 
@@ -25,8 +30,20 @@ using BlockMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 using ConstBlockMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 using ConstVecMap = Eigen::Map<const Eigen::VectorXd>;
 
+using ConstMatMap = Eigen::Map<const RowMat>;
+
 MatMap matrix_of(const Tensor& t) { return MatMap(t.data<double>(), t.size(0), t.size(1)); }
 VecMap vector_of(const Tensor& t) { return VecMap(t.data<double>(), t.numel()); }
+
+// out = a op s through the backend (a division stays a division, as the Eigen path computes it).
+Tensor with_scalar(BinaryOp op, const Tensor& a, double s) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  a.device().backend().binary_scalar(op, a, s, out);
+  return out;
+}
+
+// ‖x‖_F as a 0-d tensor on x's device.
+Tensor frobenius_norm(const Tensor& x) { return sqrt(sum(square(x))); }
 
 double thread_cpu_seconds() {
   timespec ts{};
@@ -42,16 +59,15 @@ ParamGroup single_group(std::vector<Tensor> params, const ShampooOptions& o) {
   return g;
 }
 
-Tensor identity(int64_t n, Device host) {
-  Tensor t = zeros({n, n}, kFloat64, host);
-  double* d = t.data<double>();
-  for (int64_t i = 0; i < n; ++i) d[i * n + i] = 1.0;
-  return t;
+Tensor identity(int64_t n, Device device) {
+  std::vector<double> eye(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) eye[static_cast<size_t>(i * n + i)] = 1.0;
+  return from_vector<double>(eye, {n, n}, device);
 }
 
 // (F / b2 + εI)^(−1/root) into out (n × n, row-major); false, out untouched, on failure
 // (NOTE [ Shampoo update ]).
-bool full_inverse_root(const MatMap& F, double b2, double eps, double root, double* out) {
+bool full_inverse_root(const ConstMatMap& F, double b2, double eps, double root, double* out) {
   if (!F.allFinite()) return false;
   Eigen::MatrixXd A = F / b2;
   A.diagonal().array() += eps;
@@ -68,7 +84,7 @@ bool full_inverse_root(const MatMap& F, double b2, double eps, double root, doub
 }
 
 // (l / b2 + ε)^(−1/2) elementwise into out.
-bool diagonal_inverse_root(const VecMap& l, double b2, double eps, double* out) {
+bool diagonal_inverse_root(const ConstVecMap& l, double b2, double eps, double* out) {
   const int64_t n = l.size();
   for (int64_t i = 0; i < n; ++i) {
     const double a = l[i] / b2 + eps;
@@ -116,11 +132,13 @@ Shampoo::Shampoo(std::vector<ParamGroup> groups, const ShampooOptions& options)
            "shampoo: grafting_epsilon must be > 0, got ", o.grafting_epsilon);
   DP_CHECK(o.grafting_beta2 > 0 && o.grafting_beta2 < 1, "shampoo: grafting_beta2 must be in (0, 1), got ",
            o.grafting_beta2);
-  host_ = o.host;
-  for (size_t g = 0; g < groups_.size() && !host_.valid(); ++g)
-    if (!groups_[g].params.empty()) host_ = groups_[g].params.front().device();
-  DP_CHECK(host_.valid() && host_.is_cpu(), "shampoo: the float64 state needs a CPU device: pass ShampooOptions::host",
-           host_.valid() ? " (the parameters are on " + host_.str() + ")" : std::string(" (there are no parameters)"));
+  state_device_ = o.state_device;
+  for (size_t g = 0; g < groups_.size() && !state_device_.valid(); ++g)
+    if (!groups_[g].params.empty()) state_device_ = groups_[g].params.front().device();
+  DP_CHECK(state_device_.valid(), "shampoo: no parameters and no ShampooOptions::state_device");
+  use_backend_ = o.kernels == ShampooKernels::Backend || (o.kernels == ShampooKernels::Auto && !state_device_.is_cpu());
+  DP_CHECK(use_backend_ || state_device_.is_cpu(), "shampoo: the Eigen kernels need the state on a CPU device, not ",
+           state_device_.str(), " (use ShampooKernels::Backend or Auto)");
   build_blocks();
   assign_owners();
 }
@@ -145,7 +163,7 @@ void Shampoo::build_blocks() {
         v.rows = dims[0];
         v.cols = p.numel() / dims[0];
       }
-      if (options_.beta1 > 0) v.filtered = zeros({p.numel()}, kFloat64, host_);
+      if (options_.beta1 > 0) v.filtered = zeros({p.numel()}, kFloat64, state_device_);
       auto add = [&](BlockInfo info, Block block) {
         info.group = g;
         info.index = i;
@@ -161,15 +179,15 @@ void Shampoo::build_blocks() {
         if (n <= D) {
           info.kind = BlockInfo::Kind::Vector;
           info.cost = static_cast<double>(n) * n * n;
-          b.L = zeros({n, n}, kFloat64, host_);
-          b.L_inv = identity(n, host_);
+          b.L = zeros({n, n}, kFloat64, state_device_);
+          b.L_inv = identity(n, state_device_);
         } else {
           info.kind = BlockInfo::Kind::Diagonal;
           info.cost = static_cast<double>(n);
-          b.L = zeros({n}, kFloat64, host_);
-          b.L_inv = ones({n}, kFloat64, host_);
+          b.L = zeros({n}, kFloat64, state_device_);
+          b.L_inv = ones({n}, kFloat64, state_device_);
         }
-        if (graft_state) b.graft = zeros({n}, kFloat64, host_);
+        if (graft_state) b.graft = zeros({n}, kFloat64, state_device_);
         add(info, std::move(b));
         continue;
       }
@@ -183,11 +201,11 @@ void Shampoo::build_blocks() {
           info.cols = std::min(D, v.cols - c0);
           info.cost = std::pow(static_cast<double>(info.rows), 3) + std::pow(static_cast<double>(info.cols), 3);
           Block b;
-          b.L = zeros({info.rows, info.rows}, kFloat64, host_);
-          b.R = zeros({info.cols, info.cols}, kFloat64, host_);
-          b.L_inv = identity(info.rows, host_);
-          b.R_inv = identity(info.cols, host_);
-          if (graft_state) b.graft = zeros({info.rows, info.cols}, kFloat64, host_);
+          b.L = zeros({info.rows, info.rows}, kFloat64, state_device_);
+          b.R = zeros({info.cols, info.cols}, kFloat64, state_device_);
+          b.L_inv = identity(info.rows, state_device_);
+          b.R_inv = identity(info.cols, state_device_);
+          if (graft_state) b.graft = zeros({info.rows, info.cols}, kFloat64, state_device_);
           add(info, std::move(b));
         }
       }
@@ -250,17 +268,33 @@ void Shampoo::compute_roots(int64_t t) {
     for (const auto& [F, inv] : factors(b)) part[static_cast<size_t>(block_info_[b].owner)] += 1 + inv.numel();
   const int64_t width = std::max<int64_t>(1, *std::max_element(part.begin(), part.end()));
 
+  // This rank's factors on the host: the Eigen path's state itself, else one copy of them all.
+  // The backend path goes through the copies even on a CPU (NOTE [ Shampoo on a device ]): one code
+  // path for every device, the one the CPU tests run.
+  const bool on_host = !use_backend_;
+  std::vector<double> staged;
+  if (!on_host) {
+    std::vector<Tensor> owned;
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      if (block_info_[b].owner == rank)
+        for (const auto& [F, inv] : factors(b)) owned.push_back(F.reshape({-1}));
+    if (!owned.empty()) staged = cat(owned, 0).to_vector<double>();
+  }
+
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_seconds();
-  Tensor mine = zeros({width}, kFloat64, host_);
-  double* out = mine.data<double>();
+  std::vector<double> mine(static_cast<size_t>(width), 0.0);
+  double* out = mine.data();
+  const double* next = staged.data();
   for (size_t b = 0; b < blocks_.size(); ++b) {
     if (block_info_[b].owner != rank) continue;
     const double root = block_info_[b].kind == BlockInfo::Kind::Matrix ? 4.0 : 2.0;
     for (const auto& [F, inv] : factors(b)) {
+      const double* f = on_host ? F.data<double>() : next;
+      next += on_host ? 0 : F.numel();
       const bool ok = block_info_[b].kind == BlockInfo::Kind::Diagonal
-                          ? diagonal_inverse_root(vector_of(F), b2, eps, out + 1)
-                          : full_inverse_root(matrix_of(F), b2, eps, root, out + 1);
+                          ? diagonal_inverse_root(ConstVecMap(f, F.numel()), b2, eps, out + 1)
+                          : full_inverse_root(ConstMatMap(f, F.size(0), F.size(1)), b2, eps, root, out + 1);
       out[0] = ok ? 1.0 : 0.0;
       out += 1 + inv.numel();
     }
@@ -268,25 +302,35 @@ void Shampoo::compute_roots(int64_t t) {
   root_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   root_cpu_seconds_ += thread_cpu_seconds() - cpu0;
 
-  Tensor all = mine;
+  // Every rank's part, on the state device (the process group's) and on the host.
+  Tensor all = from_vector<double>(mine, {width}, state_device_);
   if (world > 1) {
     const auto comm0 = std::chrono::steady_clock::now();
-    all = Tensor::empty({world * width}, kFloat64, host_);
-    pg->all_gather(mine, all)->wait();
+    Tensor part = all;
+    all = Tensor::empty({world * width}, kFloat64, state_device_);
+    pg->all_gather(part, all)->wait();
     root_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - comm0).count();
   }
+  std::vector<double> gathered;
+  if (!on_host || world > 1) gathered = all.to_vector<double>();
+  const double* host_all = on_host && world == 1 ? mine.data() : gathered.data();
   // Every rank walks every rank's part in the same order: same roots, same failures everywhere.
-  std::vector<const double*> cursor(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) cursor[static_cast<size_t>(r)] = all.data<double>() + r * width;
+  std::vector<int64_t> cursor(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) cursor[static_cast<size_t>(r)] = r * width;
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    const double*& in = cursor[static_cast<size_t>(block_info_[b].owner)];
+    int64_t& at = cursor[static_cast<size_t>(block_info_[b].owner)];
     for (const auto& [F, inv] : factors(b)) {
-      if (in[0] == 1.0) {
-        std::copy(in + 1, in + 1 + inv.numel(), inv.data<double>());
+      if (host_all[at] == 1.0) {
+        if (on_host) {
+          std::copy(host_all + at + 1, host_all + at + 1 + inv.numel(), inv.data<double>());
+        } else {
+          Tensor dst = inv;
+          dst.copy_(all.narrow(0, at + 1, inv.numel()).view(inv.shape()));  // device to device
+        }
       } else {
         ++root_failures_;
       }
-      in += 1 + inv.numel();
+      at += 1 + inv.numel();
     }
   }
   ++root_computations_;
@@ -316,6 +360,25 @@ void Shampoo::update(const DeviceStep&) {  // host-gated: Optimizer::step resolv
   NoGradGuard no_grad;
   OmpThreadsScope threads(options_.threads);
   DP_CHECK(views_.size() == groups_.size(), name(), ": parameter groups were added after construction");
+  for (size_t g = 0; g < groups_.size(); ++g)
+    DP_CHECK(views_[g].size() == groups_[g].params.size(), name(), ": group ", g,
+             " gained or lost parameters after construction (its state is indexed by position)");
+  if (use_backend_) {
+    update_with_backend();
+  } else {
+    update_with_eigen();
+  }
+}
+
+void Shampoo::throw_non_finite(size_t g, size_t i, size_t at, double value) const {
+  throw Error(detail::concat(name(), ": step ", step_ + 1, ": the gradient of ", describe_param(g, i), " (",
+                             groups_[g].params[i].str(), ") holds ", value, " at flat index ", at,
+                             "; a non-finite value would poison the preconditioner statistics for good, so nothing "
+                             "was updated (lower the learning rate or loss scale, or skip steps whose gradients "
+                             "overflow)"));
+}
+
+void Shampoo::update_with_eigen() {
   struct Item {
     size_t g, i;
     std::vector<double> grad;
@@ -323,8 +386,6 @@ void Shampoo::update(const DeviceStep&) {  // host-gated: Optimizer::step resolv
   // 1. Gather and check every gradient before any state changes.
   std::vector<Item> items;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    DP_CHECK(views_[g].size() == groups_[g].params.size(), name(), ": group ", g,
-             " gained or lost parameters after construction (its state is indexed by position)");
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
       const Tensor grad = p.grad();
@@ -332,12 +393,8 @@ void Shampoo::update(const DeviceStep&) {  // host-gated: Optimizer::step resolv
       DP_CHECK(grad.numel() == p.numel(), name(), ": ", describe_param(g, i), " is ", p.str(), " but its gradient is ",
                grad.str());
       Item item{g, i, grad.to_vector<double>()};
-      for (size_t k = 0; k < item.grad.size(); ++k) {
-        DP_CHECK(std::isfinite(item.grad[k]), name(), ": step ", step_ + 1, ": the gradient of ", describe_param(g, i),
-                 " (", p.str(), ") holds ", item.grad[k], " at flat index ", k,
-                 "; a non-finite value would poison the preconditioner statistics for good, so nothing was "
-                 "updated (lower the learning rate or loss scale, or skip steps whose gradients overflow)");
-      }
+      for (size_t k = 0; k < item.grad.size(); ++k)
+        if (!std::isfinite(item.grad[k])) throw_non_finite(g, i, k, item.grad[k]);
       items.push_back(std::move(item));
     }
   }
@@ -469,15 +526,142 @@ void Shampoo::update(const DeviceStep&) {  // host-gated: Optimizer::step resolv
     const double lr = groups_[it.g].lr, wd = groups_[it.g].weight_decay;
     std::vector<double> w = p.to_vector<double>();
     for (size_t j = 0; j < w.size(); ++j) w[j] -= lr * (dir[j] + wd * w[j]);
-    Tensor updated = from_vector<double>(w, p.shape(), host_);
+    Tensor updated = from_vector<double>(w, p.shape(), state_device_);
     Tensor param = p;
     param.copy_(updated);  // casts to the parameter's dtype, crosses devices, bumps the version
   }
 }
 
+// The Eigen path's formulas (NOTE [ Shampoo update ]) as the state device's kernels (NOTE [ Shampoo
+// on a device ]); every tensor float64 on state_device_.
+void Shampoo::update_with_backend() {
+  Backend& backend = state_device_.backend();
+  struct Item {
+    size_t g, i;
+    Tensor grad;  // flat [numel], contiguous
+  };
+  // 1. Gather and check every gradient before any state changes: one flag per gradient, read at once.
+  std::vector<Item> items;
+  std::vector<Tensor> flags;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      const Tensor grad = p.grad();
+      if (!grad.defined() || p.numel() == 0) continue;
+      DP_CHECK(grad.numel() == p.numel(), name(), ": ", describe_param(g, i), " is ", p.str(), " but its gradient is ",
+               grad.str());
+      Tensor flat = grad.to(state_device_).to(kFloat64).contiguous().reshape({p.numel()});
+      flags.push_back(sum(mul(flat, 0.0)).reshape({1}));  // 0 when finite, NaN otherwise
+      items.push_back({g, i, std::move(flat)});
+    }
+  }
+  if (!items.empty()) {
+    const std::vector<double> verdict = cat(flags, 0).to_vector<double>();
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (std::isfinite(verdict[k])) continue;
+      const std::vector<double> bad = items[k].grad.to_vector<double>();
+      for (size_t at = 0; at < bad.size(); ++at)
+        if (!std::isfinite(bad[at])) throw_non_finite(items[k].g, items[k].i, at, bad[at]);
+    }
+  }
+  const int64_t t = ++step_;
+  const ShampooOptions& o = options_;
+  // x ← a·s + b·x forms of the EMAs and sums: (1 − β, β), or (1, 1) for a plain sum.
+  const double stat_new = o.beta2 < 1 ? 1 - o.beta2 : 1.0, stat_old = o.beta2 < 1 ? o.beta2 : 1.0;
+  const bool adagrad = o.grafting == ShampooGrafting::AdaGrad;
+  const double graft_new = adagrad ? 1.0 : 1 - o.grafting_beta2, graft_old = adagrad ? 1.0 : o.grafting_beta2;
+
+  // 2. Statistics, grafting state and filtered gradients.
+  std::vector<Tensor> filtered(items.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Item& it = items[k];
+    const ParamView& v = views_[it.g][it.i];
+    const Tensor G = v.cols > 0 ? it.grad.view({v.rows, v.cols}) : it.grad.view({v.rows, 1});
+    for (size_t b : v.blocks) {
+      const BlockInfo& info = block_info_[b];
+      Block& blk = blocks_[b];
+      if (info.kind == BlockInfo::Kind::Matrix) {
+        const Tensor Gb = G.narrow(0, info.row0, info.rows).narrow(1, info.col0, info.cols);  // strided block
+        backend.gemm(Gb, Gb.transpose(0, 1), blk.L, stat_new, stat_old);
+        backend.gemm(Gb.transpose(0, 1), Gb, blk.R, stat_new, stat_old);
+        if (blk.graft.defined()) backend.axpby(graft_new, square(Gb), graft_old, blk.graft);
+      } else {
+        if (info.kind == BlockInfo::Kind::Vector) {
+          backend.gemm(G, G.transpose(0, 1), blk.L, stat_new, stat_old);  // g gᵀ, K = 1
+        } else {
+          backend.axpby(stat_new, square(it.grad), stat_old, blk.L);
+        }
+        if (blk.graft.defined()) backend.axpby(graft_new, square(it.grad), graft_old, blk.graft);
+      }
+    }
+    if (o.beta1 > 0) {
+      backend.axpby(1 - o.beta1, it.grad, o.beta1, v.filtered);
+      filtered[k] = with_scalar(BinaryOp::Div, v.filtered, 1.0 - std::pow(o.beta1, static_cast<double>(t)));
+    } else {
+      filtered[k] = it.grad;
+    }
+  }
+
+  // 3. Roots, on schedule.
+  if (is_root_step(t)) compute_roots(t);
+
+  // 4. Directions and the update.
+  const bool precondition = t >= o.start_preconditioning_step;
+  const double graft_b2 = 1.0 - std::pow(o.grafting_beta2, static_cast<double>(t));
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Item& it = items[k];
+    const ParamView& v = views_[it.g][it.i];
+    const Tensor& p = groups_[it.g].params[it.i];
+    const Shape view = v.cols > 0 ? Shape{v.rows, v.cols} : Shape{v.rows, 1};
+    const Tensor M = filtered[k].view(view);
+    Tensor dir = Tensor::empty({p.numel()}, kFloat64, state_device_);  // the blocks tile it
+    const Tensor D = dir.view(view);
+    for (size_t b : v.blocks) {
+      const BlockInfo& info = block_info_[b];
+      const Block& blk = blocks_[b];
+      const bool matrix = info.kind == BlockInfo::Kind::Matrix;
+      const Tensor Mb = matrix ? M.narrow(0, info.row0, info.rows).narrow(1, info.col0, info.cols) : M;
+      Tensor Db = matrix ? D.narrow(0, info.row0, info.rows).narrow(1, info.col0, info.cols) : D;
+      Tensor graft = Mb;  // graft(M) for this block; sgd and none: M itself
+      if (blk.graft.defined()) {
+        const Tensor V = blk.graft.view(Mb.shape());
+        const Tensor second = adagrad ? V : with_scalar(BinaryOp::Div, V, graft_b2);
+        graft = div(Mb, add(sqrt(second), o.grafting_epsilon));
+      }
+      if (!precondition) {
+        Db.copy_(graft);
+        continue;
+      }
+      Tensor S;
+      if (matrix) {
+        S = matmul(matmul(blk.L_inv, Mb), blk.R_inv);
+      } else if (info.kind == BlockInfo::Kind::Vector) {
+        S = matmul(blk.L_inv, Mb);
+      } else {
+        S = mul(blk.L_inv.view(Mb.shape()), Mb);
+      }
+      if (o.grafting != ShampooGrafting::None) {
+        // S · ‖graft‖ / ‖S‖, and 0 when S = 0: the ratio is kept finite (S = 0 times any finite
+        // number is 0) by flooring ‖S‖ at the smallest normal double and capping the quotient.
+        const Tensor s_norm = with_scalar(BinaryOp::Maximum, frobenius_norm(S), DBL_MIN);
+        const Tensor ratio = with_scalar(BinaryOp::Minimum, div(frobenius_norm(graft), s_norm), DBL_MAX);
+        S = mul(S, ratio);
+      }
+      Db.copy_(S);
+    }
+    // p ← p − lr · (D + wd · p), in float64, then cast into the parameter.
+    const double lr = groups_[it.g].lr, wd = groups_[it.g].weight_decay;
+    const Tensor w = p.to(state_device_).to(kFloat64).contiguous().reshape({p.numel()});
+    if (wd != 0) backend.axpby(wd, w, 1.0, dir);
+    backend.axpby(1.0, w, -lr, dir);
+    Tensor param = p;
+    param.copy_(dir.view(p.shape()));  // casts to the parameter's dtype, crosses devices, bumps the version
+  }
+}
+
 std::vector<std::pair<std::string, Tensor>> Shampoo::state_dict() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  out.emplace_back("shampoo.step", from_vector<int64_t>({step_}, {}, host_));
+  out.emplace_back("shampoo.step", from_vector<int64_t>({step_}, {}, state_device_));
   size_t k = 0;
   for (size_t g = 0; g < views_.size(); ++g) {
     for (size_t i = 0; i < views_[g].size(); ++i, ++k) {

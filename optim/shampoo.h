@@ -40,9 +40,29 @@
 // every rank all of them, with a success flag per factor so that every rank keeps the same previous
 // inverse for a failed root and counts the same failures. The result is bit-identical to one rank
 // given bit-identical gradients. Every rank must call step() in lockstep (a root step issues one
-// collective, NOTE [ Process group contract ]); the group must take CPU tensors (the MPI backend).
+// collective, NOTE [ Process group contract ]); the group must take tensors on the state device
+// (MPI for the CPU, NCCL for a GPU).
 //
-// State (all float64, on the host): state_dict() names every tensor; see there.
+// NOTE [ Shampoo on a device ]
+// The state lives on ShampooOptions::state_device (default: the parameters' device). Two ways to
+// compute the statistics, grafting, filtered gradient and preconditioned direction (the same
+// formulas, in float64):
+//   Eigen:   on the host, over the state's memory (the state must be on the CPU);
+//   backend: the state device's kernels, so on a GPU the state never leaves it — the factor
+//            updates are GEMMs with alpha/beta (L = β2 L + (1 − β2) G Gᵀ in one cuBLAS call over a
+//            strided block of the gradient), the rest pointwise kernels and reductions.
+// Auto (the default) takes Eigen on a CPU and the backend elsewhere; the backend path on a CPU
+// device is what the tests compare against the reference, the same code a GPU runs.
+// The roots are Eigen's symmetric eigensolver on the host either way (chosen over cuSOLVER's
+// syevd: the eigendecomposition of a ≤ 1024 × 1024 factor every precondition_frequency steps is
+// a small, latency-bound job, the distributed root computation already spreads it over the
+// ranks, and the host's result is bit-identical across devices and ranks); a root step copies
+// this rank's factors to the host in one transfer and the gathered roots back in one. A step of
+// the backend path reads one value on the host (one flag per gradient: its non-finite check,
+// which must precede every state change), plus the host-gated found_inf/lr read under a loss
+// scaler (NOTE [ Device-resident optimiser step ]).
+//
+// State (all float64, on the state device): state_dict() names every tensor; see there.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +77,8 @@ namespace dp {
 class ProcessGroup;
 
 enum class ShampooGrafting { None, Sgd, AdaGrad, Adam };
+// Auto: Eigen when the state is on a CPU, the state device's backend kernels otherwise.
+enum class ShampooKernels { Auto, Eigen, Backend };
 // "none", "sgd", "adagrad", "adam"; parse throws dp::Error on anything else.
 const char* shampoo_grafting_name(ShampooGrafting g);
 ShampooGrafting parse_shampoo_grafting(const std::string& name);
@@ -77,10 +99,12 @@ struct ShampooOptions {
   // Spreads the root computations over its ranks (NOTE [ Distributed Shampoo roots ]); null or a
   // group of one rank computes every root locally. Not owned; must outlive the optimiser.
   ProcessGroup* process_group = nullptr;
-  // Where the float64 state lives; invalid = the parameters' device, which must then be the CPU.
-  Device host{};
-  // CPU threads for the float64 products and roots (Eigen over OpenMP), set for the calling thread
-  // during step() only; 0 leaves OpenMP's setting as it is.
+  // Where the float64 state lives; invalid = the parameters' device (NOTE [ Shampoo on a device ]).
+  Device state_device{};
+  // How the statistics and directions are computed (NOTE [ Shampoo on a device ]).
+  ShampooKernels kernels = ShampooKernels::Auto;
+  // CPU threads for the host's float64 products and roots (Eigen over OpenMP), set for the calling
+  // thread during step() only; 0 leaves OpenMP's setting as it is.
   int threads = 0;
 };
 
@@ -94,6 +118,9 @@ class Shampoo : public Optimizer {
   std::string name() const override { return "shampoo"; }
 
   const ShampooOptions& options() const { return options_; }
+  // The device holding the state, and whether its backend's kernels compute the step.
+  Device state_device() const { return state_device_; }
+  bool uses_backend_kernels() const { return use_backend_; }
   int64_t steps() const { return step_; }
   // One count for the whole optimiser (NOTE [ Shampoo update ]): every parameter's is steps().
   int64_t step_count(size_t, size_t) const override { return step_; }
@@ -148,7 +175,7 @@ class Shampoo : public Optimizer {
 
  private:
   struct Block {
-    Tensor L, R, L_inv, R_inv, graft;  // float64 on host_; R, R_inv undefined for vector blocks
+    Tensor L, R, L_inv, R_inv, graft;  // float64 on state_device_; R, R_inv undefined for vector blocks
   };
   struct ParamView {
     int64_t rows = 0, cols = 0;  // cols == 0: a vector of `rows`
@@ -160,9 +187,14 @@ class Shampoo : public Optimizer {
   void assign_owners();
   bool is_root_step(int64_t t) const;
   void compute_roots(int64_t t);
+  // The two ways through a step (NOTE [ Shampoo on a device ]); both check every gradient first.
+  void update_with_eigen();
+  void update_with_backend();
+  [[noreturn]] void throw_non_finite(size_t g, size_t i, size_t at, double value) const;
 
   ShampooOptions options_;
-  Device host_;
+  Device state_device_;
+  bool use_backend_ = false;
   int64_t step_ = 0;
   std::vector<std::vector<ParamView>> views_;  // [group][param]
   std::vector<BlockInfo> block_info_;

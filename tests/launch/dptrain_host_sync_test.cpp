@@ -1,6 +1,7 @@
 // End-to-end: run.check_host_syncs (NOTE [ Host-sync checking ] in runtime/core/host_sync.h).
 // Every step of the device-resident optimisers, with loss scaling and clipping, reads nothing on
-// the host; Shampoo, whose statistics live on the host, is caught at its first step, by name.
+// the host; Shampoo, which reads its gradients' non-finite check on the host (NOTE [ Shampoo on a
+// device ]), is caught at its first step, by name.
 // Two ranks: tests/launch/dptrain_distributed_test.cpp; BERT: dptrain_bert_test.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -52,8 +53,8 @@ TEST_F(HostSyncs, DeviceResidentStepsReadNothingOnTheHost) {
 }
 
 TEST_F(HostSyncs, AReadInsideAStepEndsTheRunNamingTheReadAndTheStep) {
-  // Shampoo keeps its statistics in float64 on the host (optim/shampoo.h): its step reads the
-  // gradients there, which on a GPU would wait for the device every step.
+  // Shampoo's step reads its gradients' non-finite check on the host before it changes any state
+  // (NOTE [ Shampoo on a device ] in optim/shampoo.h), which on a GPU waits for the device.
   const ProgramResult r = run("shampoo", "optimizer: {name: shampoo, lr: 0.001}\n");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("reads a device value on the host inside training step 1 (run.check_host_syncs)"));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,12 @@
 #include "runtime/ops/creation.h"
 
 namespace dp {
+
+// For gtest's parameter names and messages (found by ADL).
+void PrintTo(ShampooKernels k, std::ostream* os) {
+  *os << (k == ShampooKernels::Eigen ? "Eigen" : k == ShampooKernels::Backend ? "Backend" : "Auto");
+}
+
 namespace {
 
 using Vec = std::vector<double>;
@@ -317,11 +324,22 @@ class ShampooTest : public ::testing::Test {
   Tensor tensor(const Vec& v, const Shape& shape, DType dtype) { return from_vector<double>(v, shape, cpu).to(dtype); }
 };
 
-TEST_F(ShampooTest, FirstStepIsThePolarFactorOfTheGradient) {
+// The tests that pin the update run both ways through it (NOTE [ Shampoo on a device ]): Eigen,
+// and the backend kernels — on the CPU here, the code a GPU runs.
+class ShampooKernelsTest : public ShampooTest, public ::testing::WithParamInterface<ShampooKernels> {
+ protected:
+  ShampooOptions with_kernels(ShampooOptions o) const {
+    o.kernels = GetParam();
+    return o;
+  }
+};
+
+TEST_P(ShampooKernelsTest, FirstStepIsThePolarFactorOfTheGradient) {
   // β1 = 0, β2 = 1, ε = 0, no grafting: L^(−1/4) G R^(−1/4) = (G Gᵀ)^(−1/4) U Σ Vᵀ (Gᵀ G)^(−1/4) = U Vᵀ.
   Tensor w = tensor({0.5, -1.0, 2.0, 0.25}, {2, 2}, kFloat64).set_requires_grad(true);
   const Vec w0 = w.to_vector<double>();
-  Shampoo opt({w}, {.lr = 0.1, .epsilon = 0.0, .grafting = ShampooGrafting::None});
+  Shampoo opt({w}, with_kernels({.lr = 0.1, .epsilon = 0.0, .grafting = ShampooGrafting::None}));
+  EXPECT_EQ(opt.uses_backend_kernels(), GetParam() == ShampooKernels::Backend);
   w.set_grad(tensor({1, 2, 3, 4}, {2, 2}, kFloat64));
   opt.step();
   const Vec polar = {-0.514495755428, 0.857492925713, 0.857492925713, 0.514495755428};
@@ -336,7 +354,8 @@ struct Case {
   const char* what;
 };
 
-void run_against_reference(const Case& c, DType dtype, double tolerance, Device cpu, Generator& gen) {
+void run_against_reference(const Case& c, DType dtype, double tolerance, Device cpu, Generator& gen,
+                           ShampooKernels kernels) {
   SCOPED_TRACE(std::string(c.what) + (dtype == kFloat32 ? ", float32" : ", float64"));
   // max_preconditioner_dim 4: [6, 5] is cut into 4×4, 4×1, 2×4, 2×1 blocks; [3] and [1, 4] are
   // full vectors, [7] diagonal; [3, 2, 2] is viewed as 3 × 4; group 1 has its own lr and decay.
@@ -344,6 +363,7 @@ void run_against_reference(const Case& c, DType dtype, double tolerance, Device 
   const std::vector<Shape> shapes1 = {{2, 3}};
   ShampooOptions o = c.options;
   o.max_preconditioner_dim = 4;
+  o.kernels = kernels;
   ReferenceShampoo ref;
   ref.o = o;
   ref.D = 4;
@@ -391,8 +411,9 @@ void run_against_reference(const Case& c, DType dtype, double tolerance, Device 
     // The run moved the parameter: the comparison is not of two untouched tensors.
     EXPECT_GT(relative_difference(all[k].to_vector<double>(), initial[k]), 1e-3) << "parameter " << k;
   }
-  std::printf("[ shampoo  ] %-52s %s: worst relative difference %.3g after 60 steps (%lld root steps)\n", c.what,
-              dtype == kFloat32 ? "float32" : "float64", worst, static_cast<long long>(ref.root_steps));
+  std::printf("[ shampoo  ] %-52s %s, %s kernels: worst relative difference %.3g after 60 steps (%lld root steps)\n",
+              c.what, dtype == kFloat32 ? "float32" : "float64", opt.uses_backend_kernels() ? "backend" : "Eigen", worst,
+              static_cast<long long>(ref.root_steps));
 }
 
 const Case kCases[] = {
@@ -412,17 +433,17 @@ const Case kCases[] = {
      "adam grafting, EMA beta2 0.999, epsilon 1e-8"},
 };
 
-TEST_F(ShampooTest, MatchesFloat64ReferenceFor60StepsInFloat64) {
-  for (const Case& c : kCases) run_against_reference(c, kFloat64, 1e-12, cpu, gen);
+TEST_P(ShampooKernelsTest, MatchesFloat64ReferenceFor60StepsInFloat64) {
+  for (const Case& c : kCases) run_against_reference(c, kFloat64, 1e-12, cpu, gen, GetParam());
 }
 
-TEST_F(ShampooTest, MatchesFloat64ReferenceFor60StepsInFloat32) {
-  for (const Case& c : kCases) run_against_reference(c, kFloat32, 1e-6, cpu, gen);
+TEST_P(ShampooKernelsTest, MatchesFloat64ReferenceFor60StepsInFloat32) {
+  for (const Case& c : kCases) run_against_reference(c, kFloat32, 1e-6, cpu, gen, GetParam());
 }
 
-TEST_F(ShampooTest, NonFiniteGradientIsAClearErrorAndChangesNothing) {
+TEST_P(ShampooKernelsTest, NonFiniteGradientIsAClearErrorAndChangesNothing) {
   Tensor a = param({3, 2}), b = param({4});
-  Shampoo opt({a, b}, {.lr = 0.1});
+  Shampoo opt({a, b}, with_kernels({.lr = 0.1}));
   const Vec before = b.to_vector<double>();
   a.set_grad(tensor(Vec(6, 1.0), {3, 2}, kFloat64));
   Vec g(4, 1.0);
@@ -442,9 +463,9 @@ TEST_F(ShampooTest, NonFiniteGradientIsAClearErrorAndChangesNothing) {
   EXPECT_ERROR_CONTAINS(opt.step(), "holds -inf at flat index 2");
 }
 
-TEST_F(ShampooTest, RootsAreRecomputedExactlyAtTheConfiguredSteps) {
+TEST_P(ShampooKernelsTest, RootsAreRecomputedExactlyAtTheConfiguredSteps) {
   Tensor w = param({3, 3});
-  Shampoo opt({w}, {.lr = 0.01, .precondition_frequency = 3, .start_preconditioning_step = 5});
+  Shampoo opt({w}, with_kernels({.lr = 0.01, .precondition_frequency = 3, .start_preconditioning_step = 5}));
   const auto state = opt.state_dict();
   auto find = [&](const std::string& name) {
     for (const auto& [n, t] : state)
@@ -468,9 +489,9 @@ TEST_F(ShampooTest, RootsAreRecomputedExactlyAtTheConfiguredSteps) {
   EXPECT_EQ(opt.steps(), 20);
 }
 
-TEST_F(ShampooTest, FailedRootKeepsThePreviousInverseAndIsCounted) {
+TEST_P(ShampooKernelsTest, FailedRootKeepsThePreviousInverseAndIsCounted) {
   Tensor w = param({2, 2});
-  Shampoo opt({w}, {.lr = 0.01, .epsilon = 0.0, .grafting = ShampooGrafting::None});
+  Shampoo opt({w}, with_kernels({.lr = 0.01, .epsilon = 0.0, .grafting = ShampooGrafting::None}));
   Tensor L_inv, R_inv;
   for (const auto& [n, t] : opt.state_dict()) {
     if (n == "state.0.block0.L_inv_root") L_inv = t;
@@ -523,9 +544,9 @@ TEST_F(ShampooTest, OneDimensionalParametersAreFullUpToTheMaxDimAndDiagonalBeyon
   for (size_t k = 0; k < expect_prefix.size(); ++k) EXPECT_EQ(names.at(k), expect_prefix[k]);
 }
 
-TEST_F(ShampooTest, StateRoundTripContinuesBitIdentically) {
-  ShampooOptions o{.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .max_preconditioner_dim = 4, .precondition_frequency = 2,
-                   .start_preconditioning_step = 3};
+TEST_P(ShampooKernelsTest, StateRoundTripContinuesBitIdentically) {
+  const ShampooOptions o = with_kernels({.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .max_preconditioner_dim = 4,
+                                         .precondition_frequency = 2, .start_preconditioning_step = 3});
   Tensor a = param({5, 3}), b = param({6});
   Tensor a2 = a.detach().clone().set_requires_grad(true), b2 = b.detach().clone().set_requires_grad(true);
   Shampoo first({a, b}, o), second({a2, b2}, o);
@@ -584,6 +605,48 @@ TEST_F(ShampooTest, RejectsInvalidOptions) {
   Shampoo defaults({p}, {.precondition_frequency = 7});
   EXPECT_EQ(defaults.options().start_preconditioning_step, 7);
   EXPECT_EQ(defaults.name(), "shampoo");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ShampooKernelsTest, ::testing::Values(ShampooKernels::Eigen, ShampooKernels::Backend),
+                         [](const ::testing::TestParamInfo<ShampooKernels>& info) {
+                           return info.param == ShampooKernels::Eigen ? "Eigen" : "Backend";
+                         });
+
+// Both ways give the same trajectory up to the rounding of the products' summation order.
+TEST_F(ShampooTest, BackendKernelsFollowTheEigenPathOnTheCpu) {
+  const std::vector<Shape> shapes = {{6, 5}, {3}, {7}, {2, 3, 2, 2}, {1, 4}};
+  ShampooOptions o{.lr = 0.02, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.01, .max_preconditioner_dim = 4,
+                   .precondition_frequency = 2, .start_preconditioning_step = 3, .grafting = ShampooGrafting::Adam};
+  std::vector<Tensor> eigen_params, backend_params;
+  for (const Shape& s : shapes) {
+    eigen_params.push_back(param(s, kFloat32));
+    backend_params.push_back(eigen_params.back().detach().clone().set_requires_grad(true));
+  }
+  Shampoo eigen(eigen_params, o);
+  o.kernels = ShampooKernels::Backend;
+  Shampoo backend(backend_params, o);
+  ASSERT_FALSE(eigen.uses_backend_kernels());
+  ASSERT_TRUE(backend.uses_backend_kernels());
+  for (int step = 0; step < 20; ++step) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const Vec g = synthetic_grad(eigen_params[k].to_vector<double>(), step, k);
+      eigen_params[k].set_grad(from_vector<double>(g, shapes[k], cpu).to(kFloat32));
+      backend_params[k].set_grad(from_vector<double>(g, shapes[k], cpu).to(kFloat32));
+    }
+    eigen.step();
+    backend.step();
+  }
+  EXPECT_EQ(backend.root_computations(), eigen.root_computations());
+  const auto a = eigen.state_dict(), b = backend.state_dict();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    EXPECT_EQ(a[k].first, b[k].first);
+    EXPECT_LE(relative_difference(b[k].second.to_vector<double>(), a[k].second.to_vector<double>()), 1e-12)
+        << a[k].first;
+  }
+  for (size_t k = 0; k < shapes.size(); ++k)
+    EXPECT_LE(relative_difference(backend_params[k].to_vector<double>(), eigen_params[k].to_vector<double>()), 1e-6)
+        << "parameter " << k;
 }
 
 }  // namespace
