@@ -144,6 +144,17 @@ void launch_in_runs(const std::vector<Prepared<Scalars>>& items, Launch&& launch
   }
 }
 
+// Launches the prepared items, run by run (launch_in_runs), through a family's multi-tensor
+// launcher (optim_kernels.h); a launch error names the op and the run's first parameter.
+template <typename Scalars, typename Launcher>
+void launch_prepared(const char* op, int device, cudaStream_t stream, const std::vector<Prepared<Scalars>>& prepared,
+                     Launcher&& launcher) {
+  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const Scalars& s, DType dtype, const Tensor& first) {
+    DP_CUDA_CHECK(device, launcher(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream), op, " ",
+                  describe_run(first, ts.size()));
+  });
+}
+
 // The MultiTensor of buffers (undefined ones: null), numel elements each.
 MultiTensor multi_tensor(int64_t numel, std::initializer_list<const Tensor*> buffers, const int64_t* step_count,
                          const double* device_trust) {
@@ -192,11 +203,7 @@ void CudaBackend::sgd_update_multi(const std::vector<SgdUpdateItem>& items) {
   }
   if (prepared.empty()) return;
   activate();
-  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const SgdScalars& s, DType dtype,
-                               const Tensor& first) {
-    DP_CUDA_CHECK(device_, launch_sgd_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
-                  "sgd_update ", describe_run(first, ts.size()));
-  });
+  launch_prepared("sgd_update", device_, stream_, prepared, launch_sgd_update_multi);
 }
 
 void CudaBackend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
@@ -221,11 +228,7 @@ void CudaBackend::adamw_update_multi(const std::vector<AdamwUpdateItem>& items) 
   }
   if (prepared.empty()) return;
   activate();
-  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const AdamScalars& s, DType dtype,
-                               const Tensor& first) {
-    DP_CUDA_CHECK(device_, launch_adamw_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
-                  "adamw_update ", describe_run(first, ts.size()));
-  });
+  launch_prepared("adamw_update", device_, stream_, prepared, launch_adamw_update_multi);
 }
 
 void CudaBackend::lamb_direction(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
@@ -260,12 +263,7 @@ void CudaBackend::lamb_direction_multi(const std::vector<LambDirectionItem>& ite
   }
   if (prepared.empty()) return;
   activate();
-  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const AdamScalars& s, DType dtype,
-                               const Tensor& first) {
-    DP_CUDA_CHECK(device_,
-                  launch_lamb_direction_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
-                  "lamb_direction ", describe_run(first, ts.size()));
-  });
+  launch_prepared("lamb_direction", device_, stream_, prepared, launch_lamb_direction_multi);
 }
 
 void CudaBackend::lamb_update(const Tensor& param, const Tensor& update, const LambUpdateParams& p) {
@@ -291,11 +289,7 @@ void CudaBackend::lamb_update_multi(const std::vector<LambUpdateItem>& items) {
   }
   if (prepared.empty()) return;
   activate();
-  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const LambUpdateScalars& s, DType dtype,
-                               const Tensor& first) {
-    DP_CUDA_CHECK(device_, launch_lamb_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
-                  "lamb_update ", describe_run(first, ts.size()));
-  });
+  launch_prepared("lamb_update", device_, stream_, prepared, launch_lamb_update_multi);
 }
 
 void CudaBackend::lars_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
@@ -326,11 +320,7 @@ void CudaBackend::lars_update_multi(const std::vector<LarsUpdateItem>& items) {
   }
   if (prepared.empty()) return;
   activate();
-  launch_in_runs(prepared, [&](const std::vector<MultiTensor>& ts, const LarsScalars& s, DType dtype,
-                               const Tensor& first) {
-    DP_CUDA_CHECK(device_, launch_lars_update_multi(ts.data(), static_cast<int64_t>(ts.size()), dtype, s, stream_),
-                  "lars_update ", describe_run(first, ts.size()));
-  });
+  launch_prepared("lars_update", device_, stream_, prepared, launch_lars_update_multi);
 }
 
 void CudaBackend::squared_norms(const std::vector<Tensor>& xs, const Tensor& out) {
