@@ -13,8 +13,6 @@ void check_cuda_graphs(const Config& config, const TrainingRun& run) {
   DP_CHECK(config.optimizer.name != "shampoo", "run.cuda_graphs: shampoo computes its inverse roots on the host from ",
            "each step's statistics, which a CUDA graph cannot hold; use sgd, adamw, lars or lamb, or set ",
            "run.cuda_graphs: false");
-  DP_CHECK(config.model.dropout == 0.0, "run.cuda_graphs: model.dropout ", config.model.dropout, " draws new random ",
-           "masks every step, which a CUDA graph would replay unchanged; set model.dropout: 0, or run.cuda_graphs: false");
   DP_CHECK(run.world_size == 1, "run.cuda_graphs: data-parallel runs (", run.world_size, " ranks) are not captured ",
            "yet: the reducer's per-gradient hooks and the NCCL all-reduces run outside a graph. Train on one GPU with ",
            "graphs, or on ", run.world_size, " with run.cuda_graphs: false");
@@ -56,15 +54,20 @@ GraphedSteps::Captured& GraphedSteps::capture(const std::string& signature, cons
   // back from a capture: the captured step is timed by the host, and its replays as one phase.
   StepProfiler untimed;
   const std::string region = "the training step captured as a CUDA graph (run.cuda_graphs)";
+  if (!random_base_.defined()) random_base_ = zeros({1}, kInt64, run_.device);
   {
     const ForbidHostSyncGuard no_host_reads(region.c_str());
+    Generator& gen = run_.generator;
+    gen.begin_relative(random_base_);  // NOTE [ Random numbers in CUDA graphs ]
     try {
       c.graph = capture_graph(backend, [&] { c.loss = train_step(run_, c.inputs, untimed).loss; });
     } catch (const std::exception& e) {
+      gen.end_relative();
       throw Error(detail::concat("run.cuda_graphs: the training step for a batch of ", signature, " could not be ",
                                  "captured as a CUDA graph: ", e.what(), ". Set run.cuda_graphs: false to train ",
                                  "without graphs"));
     }
+    c.random_draws = gen.end_relative();
   }
   ++captures_;
   last_graph_nodes_ = c.graph->node_count();
@@ -78,6 +81,14 @@ StepStats GraphedSteps::replay(Captured& captured, const Batch& batch, StepProfi
   const auto& from = batch.tensors();
   const auto& to = captured.inputs.tensors();
   for (size_t i = 0; i < from.size(); ++i) backend.copy(from[i].second, to[i].second);
+  if (captured.random_draws > 0) {
+    // The counters eager training would draw next (NOTE [ Random numbers in CUDA graphs ]); queued
+    // before the replay on the same stream. A double holds every offset below 2^53 exactly.
+    Generator& gen = run_.generator;
+    DP_CHECK(gen.offset() + captured.random_draws < (uint64_t{1} << 53), "run.cuda_graphs: the random stream's ",
+             "offset passed 2^53 counters");
+    backend.fill(random_base_, static_cast<double>(gen.reserve(captured.random_draws)));
+  }
   captured.graph->replay();
   StepStats stats;
   stats.loss = captured.loss.clone();  // the next replay rewrites the graph's own

@@ -17,10 +17,14 @@
 //   replay, and the divergence check keeps each step's loss.
 // - The capture runs under the host-sync guard: a read of a device value inside the step ends the
 //   run naming it, instead of an opaque invalidated capture.
+// - Random numbers (dropout): the capture draws from the run's generator relative to a device
+//   counter, which each replay sets to the generator's offset before it runs (NOTE [ Random
+//   numbers in CUDA graphs ] in runtime/tensor/generator.h): replay k draws the masks eager
+//   step k would have, so a graphed run keeps the eager run's random stream.
 // - Refused where a step cannot be one graph (check_cuda_graphs): the CPU (no graphs), Shampoo
-//   (its roots are computed on the host from the step's statistics), dropout (the masks would be
-//   the same at every replay), data-parallel runs (the reducer's hooks and NCCL's collectives
-//   are not captured yet), and token batching by max_tokens (a new shape nearly every step).
+//   (its roots are computed on the host from the step's statistics), data-parallel runs (the
+//   reducer's hooks and NCCL's collectives are not captured yet), and token batching by
+//   max_tokens (a new shape nearly every step).
 // - Timing: a replayed step is one "graph" phase of the step profile (device time).
 #pragma once
 
@@ -65,6 +69,7 @@ class GraphedSteps {
     Batch inputs;  // static: each step's batch is copied here before a replay
     Tensor loss;   // the graph's output, rewritten by each replay
     std::unique_ptr<DeviceGraph> graph;
+    uint64_t random_draws = 0;  // generator counters one replay draws
   };
   Captured& capture(const std::string& signature, const Batch& batch);
   StepStats replay(Captured& graph, const Batch& batch, StepProfiler& profiler);
@@ -73,6 +78,7 @@ class GraphedSteps {
   int64_t warmup_steps_;
   std::list<Captured> graphs_;               // most recently used first
   std::map<std::string, int64_t> eager_counts_;  // eager steps per signature not captured yet
+  Tensor random_base_;  // int64 [1] on the device: the generator's offset for the next replay
   int64_t captures_ = 0, replays_ = 0;
   size_t last_graph_nodes_ = 0;
 };

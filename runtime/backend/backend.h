@@ -248,9 +248,11 @@ class Backend {
   // Contiguous dst: dst[i] = start + i * step.
   virtual void arange(const Tensor& dst, double start, double step) = 0;
   // Contiguous floating dst from a counter-based generator (Philox-4x32-10): element i uses
-  // counter (offset + i), so CPU and CUDA produce the same numbers for the same seed/offset.
+  // counter (offset + i), so CPU and CUDA produce the same numbers for the same seed/offset. With
+  // offset_base (one int64 on this device; NOTE [ Random numbers in CUDA graphs ]) the counter is
+  // offset_base[0] + offset + i, read when the kernel runs.
   virtual void random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed,
-                      uint64_t offset) = 0;
+                      uint64_t offset, const Tensor& offset_base = Tensor()) = 0;
 
   // ---- Pointwise (floating) ----
   // y = op(x); same shape; x any strides, y contiguous.

@@ -30,13 +30,13 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
 
 void uniform_(Tensor& t, Generator& gen, double low, double high) {
   DP_CHECK(t.is_contiguous(), "uniform_: needs a contiguous tensor, got ", t.str());
-  t.device().backend().random(t, RandomDist::Uniform, low, high, gen.seed(), gen.reserve(t.numel()));
+  t.device().backend().random(t, RandomDist::Uniform, low, high, gen.seed(), gen.reserve(t.numel()), gen.offset_base());
   t.bump_version();
 }
 
 void normal_(Tensor& t, Generator& gen, double mean, double std) {
   DP_CHECK(t.is_contiguous(), "normal_: needs a contiguous tensor, got ", t.str());
-  t.device().backend().random(t, RandomDist::Normal, mean, std, gen.seed(), gen.reserve(t.numel()));
+  t.device().backend().random(t, RandomDist::Normal, mean, std, gen.seed(), gen.reserve(t.numel()), gen.offset_base());
   t.bump_version();
 }
 

@@ -16,7 +16,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // The mask holds 0 or 1/keep, so forward and backward are one multiplication each.
   Tensor mask = Tensor::empty(x.shape(), x.dtype(), x.device());
   const uint64_t n = static_cast<uint64_t>(x.numel());
-  backend.random(mask, RandomDist::Bernoulli, keep, 0.0, gen.seed(), gen.reserve(n));
+  // Relative to the generator's device base while a step is captured (NOTE [ Random numbers in
+  // CUDA graphs ]).
+  backend.random(mask, RandomDist::Bernoulli, keep, 0.0, gen.seed(), gen.reserve(n), gen.offset_base());
   Tensor scaled_mask = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend.binary_scalar(BinaryOp::Mul, mask, 1.0 / keep, scaled_mask);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -77,7 +77,7 @@ class CpuBackend final : public Backend {
   void fill(const Tensor& dst, double value) override;
   void arange(const Tensor& dst, double start, double step) override;
   void random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed,
-              uint64_t offset) override;
+              uint64_t offset, const Tensor& offset_base = Tensor()) override;
 
   void unary(UnaryOp op, const Tensor& x, const Tensor& y) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,

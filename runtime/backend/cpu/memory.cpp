@@ -237,9 +237,15 @@ void fill_random(D* p, int64_t n, uint64_t seed, uint64_t offset, int threads, V
 
 // Element i takes the words of Philox counter offset + i (as the CUDA kernel), whatever the split
 // over threads.
-void CpuBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset) {
+void CpuBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset,
+                        const Tensor& offset_base) {
   DP_ASSERT(dst.is_contiguous());
   check_floating("random", dst);
+  if (offset_base.defined()) {  // NOTE [ Random numbers in CUDA graphs ]; the same contract here
+    DP_CHECK(offset_base.dtype() == kInt64 && offset_base.numel() == 1 && offset_base.device() == dst.device(),
+             "random: offset_base must be one int64 on ", dst.device().str(), ", got ", offset_base.str());
+    offset += static_cast<uint64_t>(offset_base.data<int64_t>()[0]);
+  }
   const bool wide = dst.dtype() == kFloat64;
   dispatch_all(dst.dtype(), [&](auto d) {
     using D = decltype(d);

@@ -171,7 +171,7 @@ class CudaBackend final : public Backend {
   void fill(const Tensor& dst, double value) override;
   void arange(const Tensor& dst, double start, double step) override;
   void random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed,
-              uint64_t offset) override;
+              uint64_t offset, const Tensor& offset_base = Tensor()) override;
 
   // cuBLASLt; float32 (exact unless allow_tf32), float64, float16 and bfloat16 (both with
   // float32 accumulation). Row-major views are passed to column-major cuBLAS as C^T = B^T A^T.

@@ -249,17 +249,28 @@ void CudaBackend::arange(const Tensor& dst, double start, double step) {
                 dst.str());
 }
 
-void CudaBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset) {
+void CudaBackend::random(const Tensor& dst, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset,
+                         const Tensor& offset_base) {
   DP_ASSERT(dst.is_contiguous());
   check_floating("random", dst);
   check_operand("random", dst);
-  DP_CHECK(!capturing_, "random numbers (", dst.str(), ") inside a CUDA graph capture: every replay would draw the same ",
-           "ones (e.g. the same dropout mask each step); train without dropout, or without run.cuda_graphs");
+  if (offset_base.defined()) {
+    check_operand("random", offset_base);
+    DP_CHECK(offset_base.dtype() == kInt64 && offset_base.numel() == 1, "random: offset_base must be one int64, got ",
+             offset_base.str());
+  }
+  // A captured draw without a device base would repeat at every replay (NOTE [ Random numbers in
+  // CUDA graphs ]).
+  DP_CHECK(!capturing_ || offset_base.defined(), "random numbers (", dst.str(), ") inside a CUDA graph capture with ",
+           "counters fixed at capture: every replay would draw the same ones (e.g. the same dropout mask each step); ",
+           "draw from a Generator in relative mode (Generator::begin_relative)");
   const Distribution kind = dist == RandomDist::Uniform ? Distribution::Uniform
                             : dist == RandomDist::Normal ? Distribution::Normal
                                                          : Distribution::Bernoulli;
   activate();
-  DP_CUDA_CHECK(device_, launch_random(dst.raw_data(), dst.dtype(), dst.numel(), kind, a, b, seed, offset, stream_),
+  const auto* base = offset_base.defined() ? static_cast<const int64_t*>(offset_base.raw_data()) : nullptr;
+  DP_CUDA_CHECK(device_,
+                launch_random(dst.raw_data(), dst.dtype(), dst.numel(), kind, a, b, seed, offset, base, stream_),
                 "random ", dst.str());
 }
 

@@ -8,7 +8,7 @@
 
 #include "runtime/backend/cuda/device_utils.cuh"
 #include "runtime/backend/cuda/memory_kernels.h"
-#include "runtime/tensor/generator.h"
+#include "runtime/tensor/philox.h"
 
 namespace dp::cuda {
 namespace {
@@ -63,12 +63,15 @@ __device__ __forceinline__ double uniform01(const uint32_t r[4], bool wide) {
 // of the CPU's `a + (b - a) * u` and `a + b * s * c` (checked in its disassembly). Uniform and
 // Bernoulli are bit-identical to the CPU; Normal can differ in the last bits of a double because
 // CUDA's log/cos and glibc's may round differently (float results round to the same value).
+// offset_base (may be null): a device counter added to offset when the kernel runs (NOTE [ Random
+// numbers in CUDA graphs ]).
 template <typename D>
 __global__ void random_kernel(D* __restrict__ dst, int64_t n, Distribution dist, double a, double b,
-                              uint64_t seed, uint64_t offset, bool wide) {
+                              uint64_t seed, uint64_t offset, const int64_t* __restrict__ offset_base, bool wide) {
+  const uint64_t first = offset + (offset_base != nullptr ? static_cast<uint64_t>(*offset_base) : 0);
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     uint32_t r[4];
-    Philox4x32::generate(seed, offset + static_cast<uint64_t>(i), r);
+    Philox4x32::generate(seed, first + static_cast<uint64_t>(i), r);
     double v;
     switch (dist) {
       case Distribution::Uniform: v = fma(b - a, uniform01(r, wide), a); break;
@@ -150,13 +153,14 @@ cudaError_t launch_arange(void* dst, DType dtype, int64_t numel, double start, d
 }
 
 cudaError_t launch_random(void* dst, DType dtype, int64_t numel, Distribution dist, double a,
-                          double b, uint64_t seed, uint64_t offset, cudaStream_t stream) {
+                          double b, uint64_t seed, uint64_t offset, const int64_t* offset_base,
+                          cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   const bool wide = dtype == DType::Float64;
   dispatch_floating_dtype(dtype, [&](auto d) {
     using D = decltype(d);
     random_kernel<D><<<blocks_for(numel), kThreads, 0, stream>>>(static_cast<D*>(dst), numel, dist, a, b,
-                                                                 seed, offset, wide);
+                                                                 seed, offset, offset_base, wide);
   });
   return cudaGetLastError();
 }

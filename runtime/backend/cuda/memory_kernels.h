@@ -23,10 +23,12 @@ cudaError_t launch_fill(void* dst, DType dtype, double value, const StridedShape
 // Contiguous dst[i] = start + i * step.
 cudaError_t launch_arange(void* dst, DType dtype, int64_t numel, double start, double step,
                           cudaStream_t stream);
-// Contiguous floating dst; element i from Philox-4x32-10 counter (offset + i), with the CPU
-// backend's transforms (runtime/backend/cpu/memory.cpp), so both give the same numbers.
+// Contiguous floating dst; element i from Philox-4x32-10 counter (offset + i), plus
+// *offset_base when it is not null (read by the kernel), with the CPU backend's transforms
+// (runtime/backend/cpu/memory.cpp), so both give the same numbers.
 cudaError_t launch_random(void* dst, DType dtype, int64_t numel, Distribution dist, double a,
-                          double b, uint64_t seed, uint64_t offset, cudaStream_t stream);
+                          double b, uint64_t seed, uint64_t offset, const int64_t* offset_base,
+                          cudaStream_t stream);
 // Contiguous floating data *= factor.
 cudaError_t launch_scale(void* data, DType dtype, int64_t numel, double factor,
                          cudaStream_t stream);

@@ -16,6 +16,7 @@
 #include "optim/sgd.h"
 #include "runtime/autograd/autocast.h"
 #include "runtime/ops/creation.h"
+#include "runtime/ops/dropout.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/loss.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -142,6 +143,29 @@ TEST_F(CudaGraphTest, WhatAGraphCannotHoldIsRefusedAndTheBackendStaysUsable) {
   EXPECT_EQ(host(add(x, 1.0)), (std::vector<float>{3, 3, 3, 3}));
   backend().synchronize();
   EXPECT_EQ(backend().graph_pool_bytes(), 0u);
+}
+
+// NOTE [ Random numbers in CUDA graphs ]: dropout captured with a relative generator draws, at
+// each replay, the mask of the eager call at the same point of the stream.
+TEST_F(CudaGraphTest, ReplayedDropoutDrawsTheEagerMasks) {
+  Tensor x = ones({5000}, kFloat32, gpu_);
+  Generator eager(3), graphed(3);
+  std::vector<std::vector<float>> masks;
+  for (int k = 0; k < 3; ++k) masks.push_back(host(dropout(x, 0.4, true, eager)));
+  Tensor base = zeros({1}, kInt64, gpu_);
+  Tensor y;
+  graphed.begin_relative(base);
+  std::unique_ptr<DeviceGraph> graph = capture([&] { y = dropout(x, 0.4, true, graphed); });
+  const uint64_t drawn = graphed.end_relative();
+  ASSERT_TRUE(graph);
+  EXPECT_EQ(drawn, 5000u);
+  EXPECT_EQ(graphed.offset(), 0u);
+  for (int k = 0; k < 3; ++k) {
+    backend().fill(base, static_cast<double>(graphed.reserve(drawn)));
+    graph->replay();
+    EXPECT_EQ(host(y), masks[static_cast<size_t>(k)]) << "replay " << k;
+  }
+  EXPECT_EQ(graphed.offset(), eager.offset());
 }
 
 TEST_F(CudaGraphTest, CaptureCallsOutOfOrderAreErrors) {

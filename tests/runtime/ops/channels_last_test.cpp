@@ -71,10 +71,14 @@ void expect_formats_agree(const Fn& fn, const std::vector<Tensor>& nchw_inputs, 
   const Run ra = run(fn, a), rb = run(fn, b);
   for (size_t i = 0; i < ra.outputs.size(); ++i) {
     const Tensor& y = rb.outputs[i];
-    if (y.dim() == 4 && y.numel() > 0)
+    if (y.dim() == 4 && y.numel() > 0) {
       EXPECT_EQ(y.suggest_memory_format(), MemoryFormat::ChannelsLast) << what << ": output " << i << " " << y.str();
-    if (tol == 0) EXPECT_EQ(y.to_vector<double>(), ra.outputs[i].to_vector<double>()) << what << ": output " << i;
-    else EXPECT_LE(relative_gap(y, ra.outputs[i]), tol) << what << ": output " << i;
+    }
+    if (tol == 0) {
+      EXPECT_EQ(y.to_vector<double>(), ra.outputs[i].to_vector<double>()) << what << ": output " << i;
+    } else {
+      EXPECT_LE(relative_gap(y, ra.outputs[i]), tol) << what << ": output " << i;
+    }
   }
   for (size_t i = 0; i < ra.grads.size(); ++i) {
     if (!ra.grads[i].defined()) continue;

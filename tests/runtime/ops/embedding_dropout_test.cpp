@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "common/expect_error.h"
 #include "common/gradcheck.h"
@@ -132,6 +133,57 @@ TEST_F(EmbeddingDropoutTest, DropoutMaskDependsOnTheGeneratorOnly) {
   EXPECT_EQ(first, dropout(x, 0.5, true, b).to_vector<float>());  // same seed and offset
   EXPECT_EQ(a.offset(), 1000u);                                   // one counter per element
   EXPECT_NE(first, dropout(x, 0.5, true, a).to_vector<float>());  // the stream advanced
+}
+
+// NOTE [ Random numbers in CUDA graphs ]: counters relative to a base tensor, plus the base the
+// kernel reads, draw what absolute counters draw; a "replay" with the base set to the stream's
+// next offset continues it exactly.
+TEST_F(EmbeddingDropoutTest, RelativeCountersPlusTheBaseDrawWhatAbsoluteCountersDraw) {
+  Tensor x = ones({300}, kFloat32, cpu), y = ones({7, 11}, kFloat32, cpu);
+  Generator absolute(4), relative(4);
+  (void)dropout(x, 0.5, true, absolute);  // both streams already advanced
+  (void)dropout(x, 0.5, true, relative);
+  // Two "steps" eagerly on one stream.
+  std::vector<std::vector<float>> eager;
+  for (int step = 0; step < 2; ++step) {
+    eager.push_back(dropout(x, 0.3, true, absolute).to_vector<float>());
+    eager.push_back(dropout(y, 0.6, true, absolute).to_vector<float>());
+  }
+  // The other stream "captures" the step relative to a base, then "replays" it twice.
+  Tensor base = zeros({1}, kInt64, cpu);
+  relative.begin_relative(base);
+  EXPECT_EQ(relative.offset(), 0u);
+  EXPECT_TRUE(relative.offset_base().same(base));
+  const uint64_t before = 300;
+  EXPECT_ERROR_CONTAINS(relative.begin_relative(base), "already relative");
+  EXPECT_ERROR_CONTAINS(relative.set_state(1, 2), "during a relative");
+  Tensor xm, ym;
+  auto step = [&] {
+    xm = dropout(x, 0.3, true, relative);
+    ym = dropout(y, 0.6, true, relative);
+  };
+  const uint64_t drawn = [&] {
+    step();  // with base 0: the counters from the capture's start, not the stream's
+    return relative.end_relative();
+  }();
+  EXPECT_EQ(drawn, 300u + 77u);
+  EXPECT_EQ(relative.offset(), before);  // back where the capture began
+  EXPECT_FALSE(relative.offset_base().defined());
+  EXPECT_NE(xm.to_vector<float>(), eager[0]);
+  for (int replay = 0; replay < 2; ++replay) {
+    base.fill_(static_cast<double>(relative.reserve(drawn)));
+    relative.begin_relative(base);  // the "graph" draws the same relative counters again
+    step();
+    relative.end_relative();
+    EXPECT_EQ(xm.to_vector<float>(), eager[2 * replay]) << "replay " << replay;
+    EXPECT_EQ(ym.to_vector<float>(), eager[2 * replay + 1]) << "replay " << replay;
+  }
+  EXPECT_EQ(relative.offset(), absolute.offset());
+  Generator g(1);
+  EXPECT_ERROR_CONTAINS(g.end_relative(), "without begin_relative");
+  EXPECT_ERROR_CONTAINS(g.begin_relative(zeros({1}, kFloat32, cpu)), "the base must be one int64");
+  EXPECT_ERROR_CONTAINS(backend.random(ones({3}, kFloat32, cpu), RandomDist::Uniform, 0, 1, 1, 0, zeros({2}, kInt64, cpu)),
+                        "random: offset_base must be one int64");
 }
 
 TEST_F(EmbeddingDropoutTest, DropoutIsIdentityInEvalOrWithZeroP) {
