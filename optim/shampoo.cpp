@@ -378,13 +378,8 @@ void Shampoo::throw_non_finite(size_t g, size_t i, size_t at, double value) cons
                              "overflow)"));
 }
 
-void Shampoo::update_with_eigen() {
-  struct Item {
-    size_t g, i;
-    std::vector<double> grad;
-  };
-  // 1. Gather and check every gradient before any state changes.
-  std::vector<Item> items;
+template <typename Visit>
+void Shampoo::for_each_gradient(Visit&& visit) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
@@ -392,12 +387,24 @@ void Shampoo::update_with_eigen() {
       if (!grad.defined() || p.numel() == 0) continue;
       DP_CHECK(grad.numel() == p.numel(), name(), ": ", describe_param(g, i), " is ", p.str(), " but its gradient is ",
                grad.str());
-      Item item{g, i, grad.to_vector<double>()};
-      for (size_t k = 0; k < item.grad.size(); ++k)
-        if (!std::isfinite(item.grad[k])) throw_non_finite(g, i, k, item.grad[k]);
-      items.push_back(std::move(item));
+      visit(g, i, grad);
     }
   }
+}
+
+void Shampoo::update_with_eigen() {
+  struct Item {
+    size_t g, i;
+    std::vector<double> grad;
+  };
+  // 1. Gather and check every gradient before any state changes.
+  std::vector<Item> items;
+  for_each_gradient([&](size_t g, size_t i, const Tensor& grad) {
+    Item item{g, i, grad.to_vector<double>()};
+    for (size_t k = 0; k < item.grad.size(); ++k)
+      if (!std::isfinite(item.grad[k])) throw_non_finite(g, i, k, item.grad[k]);
+    items.push_back(std::move(item));
+  });
   const int64_t t = ++step_;
   const ShampooOptions& o = options_;
   const double beta2 = o.beta2;
@@ -543,18 +550,11 @@ void Shampoo::update_with_backend() {
   // 1. Gather and check every gradient before any state changes: one flag per gradient, read at once.
   std::vector<Item> items;
   std::vector<Tensor> flags;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const Tensor& p = groups_[g].params[i];
-      const Tensor grad = p.grad();
-      if (!grad.defined() || p.numel() == 0) continue;
-      DP_CHECK(grad.numel() == p.numel(), name(), ": ", describe_param(g, i), " is ", p.str(), " but its gradient is ",
-               grad.str());
-      Tensor flat = grad.to(state_device_).to(kFloat64).contiguous().reshape({p.numel()});
-      flags.push_back(sum(mul(flat, 0.0)).reshape({1}));  // 0 when finite, NaN otherwise
-      items.push_back({g, i, std::move(flat)});
-    }
-  }
+  for_each_gradient([&](size_t g, size_t i, const Tensor& grad) {
+    Tensor flat = grad.to(state_device_).to(kFloat64).contiguous().reshape({grad.numel()});
+    flags.push_back(sum(mul(flat, 0.0)).reshape({1}));  // 0 when finite, NaN otherwise
+    items.push_back({g, i, std::move(flat)});
+  });
   if (!items.empty()) {
     const std::vector<double> verdict = cat(flags, 0).to_vector<double>();
     for (size_t k = 0; k < items.size(); ++k) {

@@ -191,6 +191,10 @@ class Shampoo : public Optimizer {
   void update_with_eigen();
   void update_with_backend();
   [[noreturn]] void throw_non_finite(size_t g, size_t i, size_t at, double value) const;
+  // visit(group, index, gradient) for each parameter with a gradient and elements, in order,
+  // after checking the gradient's size.
+  template <typename Visit>
+  void for_each_gradient(Visit&& visit) const;
 
   ShampooOptions options_;
   Device state_device_;

@@ -92,10 +92,12 @@ class ShampooNcclTest : public ::testing::Test {
       EXPECT_TRUE(a[k].second.device() == gpu_) << a[k].first << " is on " << a[k].second.device().str();
       state = std::max(state, relative_difference(a[k].second.to_vector<double>(), b[k].second.to_vector<double>()));
     }
+    std::printf("[ shampoo  ] rank %d of %d, %s parameters, %d steps%s: worst relative difference to the CPU (Eigen) "
+                "run %.3g in the parameters, %.3g in the state\n",
+                group_->rank(), group_->size(), dtype_name(dtype), steps, group ? "" : " (no process group)", params,
+                state);
     return {params, state};
   }
-
-  int rank() const { return group_->rank(); }
 
   Runtime runtime_;  // declared first: its CUDA backend outlives the group
   Device cpu_ = runtime_.cpu();
@@ -110,9 +112,6 @@ TEST_F(ShampooNcclTest, Float64StateOnTheGpuFollowsTheEigenRunOnTheCpu) {
   const auto [params, state] = follow_the_cpu(kFloat64, group_.get(), 15);
   EXPECT_LE(params, 1e-7);
   EXPECT_LE(state, 1e-7);
-  std::printf("[ shampoo  ] rank %d of %d, float64 parameters, 15 steps: worst relative difference to the CPU "
-              "(Eigen) run %.3g in the parameters, %.3g in the state\n",
-              rank(), group_->size(), params, state);
 }
 
 // Float32 parameters (the usual case): the float64 update rounds into float32 on both sides, so a
@@ -121,9 +120,6 @@ TEST_F(ShampooNcclTest, Float32ParametersFollowTheEigenRunOnTheCpu) {
   const auto [params, state] = follow_the_cpu(kFloat32, group_.get(), 15);
   EXPECT_LE(params, 1e-5);
   EXPECT_LE(state, 1e-4);
-  std::printf("[ shampoo  ] rank %d of %d, float32 parameters, 15 steps: worst relative difference to the CPU "
-              "(Eigen) run %.3g in the parameters, %.3g in the state\n",
-              rank(), group_->size(), params, state);
 }
 
 // Without a process group every rank computes every root itself: the same result.
