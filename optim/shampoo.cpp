@@ -302,18 +302,20 @@ void Shampoo::compute_roots(int64_t t) {
   root_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   root_cpu_seconds_ += thread_cpu_seconds() - cpu0;
 
-  // Every rank's part, on the state device (the process group's) and on the host.
-  Tensor all = from_vector<double>(mine, {width}, state_device_);
+  // Every rank's part: on the state device (the process group's) where the gather or the backend
+  // path's copies need it, and on the host (one rank: this rank's part as computed).
+  Tensor all;
+  if (world > 1 || !on_host) all = from_vector<double>(mine, {width}, state_device_);
+  std::vector<double> gathered;
   if (world > 1) {
     const auto comm0 = std::chrono::steady_clock::now();
     Tensor part = all;
     all = Tensor::empty({world * width}, kFloat64, state_device_);
     pg->all_gather(part, all)->wait();
     root_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - comm0).count();
+    gathered = all.to_vector<double>();
   }
-  std::vector<double> gathered;
-  if (!on_host || world > 1) gathered = all.to_vector<double>();
-  const double* host_all = on_host && world == 1 ? mine.data() : gathered.data();
+  const double* host_all = world == 1 ? mine.data() : gathered.data();
   // Every rank walks every rank's part in the same order: same roots, same failures everywhere.
   std::vector<int64_t> cursor(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) cursor[static_cast<size_t>(r)] = r * width;
