@@ -12,6 +12,7 @@ const char* collective_op_name(CollectiveOp op) {
     case CollectiveOp::AllGather: return "all_gather";
     case CollectiveOp::ReduceScatter: return "reduce_scatter";
     case CollectiveOp::Barrier: return "barrier";
+    case CollectiveOp::GraphReplay: return "graph_replay";
   }
   return "unknown collective";
 }
@@ -31,13 +32,16 @@ const char* collective_state_name(CollectiveState state) {
     case CollectiveState::Running: return "running";
     case CollectiveState::Completed: return "completed";
     case CollectiveState::Failed: return "failed";
+    case CollectiveState::Captured: return "captured";
   }
   return "unknown state";
 }
 
 std::string CollectiveFingerprint::str() const {
   std::string s = std::string(collective_op_name(op)) + "(";
-  if (op != CollectiveOp::Barrier) {
+  if (op == CollectiveOp::GraphReplay) {
+    s += std::to_string(count) + (count == 1 ? " collective" : " collectives");
+  } else if (op != CollectiveOp::Barrier) {
     if (reduce != CollectiveReduce::None) s += std::string(collective_reduce_name(reduce)) + ", ";
     s += std::string(dtype_name(dtype)) + " x " + std::to_string(count);
     if (op == CollectiveOp::Broadcast) s += ", root " + std::to_string(root);

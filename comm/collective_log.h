@@ -14,7 +14,9 @@
 
 namespace dp {
 
-enum class CollectiveOp : uint8_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier };
+// GraphReplay is not a collective of its own: it is one replay of a CUDA graph holding `count`
+// collectives captured earlier (NOTE [ Collectives in CUDA graphs ] in comm/nccl/nccl_process_group.h).
+enum class CollectiveOp : uint8_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier, GraphReplay };
 enum class CollectiveReduce : uint8_t { None, Sum, Average };  // None: the op does not reduce
 
 const char* collective_op_name(CollectiveOp op);  // "all_reduce", ...
@@ -25,7 +27,8 @@ struct CollectiveFingerprint {
   CollectiveOp op = CollectiveOp::Barrier;
   CollectiveReduce reduce = CollectiveReduce::None;
   DType dtype = kFloat32;  // kUInt8 with count 0 for a barrier
-  int64_t count = 0;       // elements of the input this rank contributes (all of it for reduce_scatter)
+  int64_t count = 0;       // elements of the input this rank contributes (all of it for reduce_scatter);
+                           // for a graph replay, the collectives the graph holds
   int root = -1;           // broadcast only
   int64_t tag = -1;        // the caller's (a bucket index); -1 for none
 
@@ -38,7 +41,8 @@ struct CollectiveFingerprint {
 // collective (up to hash collisions), so agreement can be checked by exchanging one number.
 uint64_t collective_digest(uint64_t sequence, const CollectiveFingerprint& fingerprint);
 
-enum class CollectiveState : uint8_t { Queued, Running, Completed, Failed };
+// Captured: recorded into a CUDA graph, not run; its replays are logged as graph_replay entries.
+enum class CollectiveState : uint8_t { Queued, Running, Completed, Failed, Captured };
 const char* collective_state_name(CollectiveState state);
 
 struct CollectiveRecord {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -75,6 +76,16 @@ class ProcessGroup {
                                  int64_t tag = kNoTag) = 0;
   // Completes once every rank has reached it (and every earlier collective of this group has run).
   virtual WorkPtr barrier(int64_t tag = kNoTag) = 0;
+
+  // CUDA graphs (NOTE [ Collectives in CUDA graphs ] in comm/nccl/nccl_process_group.h).
+  // Whether a collective submitted while the compute stream is being captured is recorded into
+  // the graph (the MPI backend runs on the host: it cannot).
+  virtual bool captures_collectives() const { return false; }
+  // Queues one replay of a graph that holds `collectives` of this group's collectives, captured
+  // earlier: `launch` queues the replay on the compute stream. The replay is logged and watched
+  // like a collective of its own (fingerprint graph_replay); its Work's wait() throws when the
+  // group has failed. Groups that do not capture collectives refuse.
+  virtual WorkPtr replay_graph(const std::function<void()>& launch, int64_t collectives, int64_t tag = kNoTag);
 
   // What this rank has submitted: the most recent collectives with their sequence numbers.
   const CollectiveLog& log() const { return log_; }

@@ -1,6 +1,7 @@
 #include "launch/graphed_step.h"
 
 #include <exception>
+#include <functional>
 #include <utility>
 
 #include "runtime/core/host_sync.h"
@@ -13,14 +14,20 @@ void check_cuda_graphs(const Config& config, const TrainingRun& run) {
   DP_CHECK(config.optimizer.name != "shampoo", "run.cuda_graphs: shampoo computes its inverse roots on the host from ",
            "each step's statistics, which a CUDA graph cannot hold; use sgd, adamw, lars or lamb, or set ",
            "run.cuda_graphs: false");
-  DP_CHECK(run.world_size == 1, "run.cuda_graphs: data-parallel runs (", run.world_size, " ranks) are not captured ",
-           "yet: the reducer's per-gradient hooks and the NCCL all-reduces run outside a graph. Train on one GPU with ",
-           "graphs, or on ", run.world_size, " with run.cuda_graphs: false");
+  DP_CHECK(run.world_size == 1 || !config.distributed.find_unused_parameters, "run.cuda_graphs with ",
+           "distributed.find_unused_parameters: a replay repeats the captured step, so the parameters left without a ",
+           "gradient would be those of that one step for the rest of the run (PyTorch's DDP needs a static graph for ",
+           "the same reason). Set distributed.find_unused_parameters: false, or run.cuda_graphs: false");
   DP_CHECK(!run.plan.token_batching || config.data.batching == "fixed", "run.cuda_graphs: data.batching ",
            config.data.batching, " gives a new batch shape nearly every step, and each shape needs a graph of its own; ",
            "use data.batching: fixed, or run.cuda_graphs: false");
   DP_CHECK(run.device.backend().supports_capture(), "run.cuda_graphs: CUDA graphs need a GPU ",
            "(run.device: cuda); this run trains on ", run.device.str(), ". Set run.cuda_graphs: false");
+  for (const ProcessGroup* group : {run.model_group, run.batch_norm_group}) {
+    DP_CHECK(run.world_size == 1 || group == nullptr || group->captures_collectives(), "run.cuda_graphs: the ",
+             group->backend_name(), " process group cannot record its collectives into a CUDA graph; data-parallel ",
+             "graphs need NCCL (NOTE [ Collectives in CUDA graphs ]). Set run.cuda_graphs: false");
+  }
 }
 
 GraphedSteps::~GraphedSteps() = default;
@@ -35,7 +42,9 @@ StepStats GraphedSteps::step(const Batch& batch, StepProfiler& profiler) {
   // Shapes that never settle (a rare last batch) must not fill the table.
   if (eager_counts_.size() > 64) eager_counts_.clear();
   int64_t& seen = eager_counts_[signature];
-  if (seen < warmup_steps_) {
+  // The reducer re-plans its buckets once, early: a graph holds their addresses, so it waits.
+  const bool buckets_settled = !run_.reducer || run_.reducer->settled();
+  if (seen < warmup_steps_ || !buckets_settled) {
     ++seen;
     return train_step(run_, batch, profiler);
   }
@@ -55,6 +64,12 @@ GraphedSteps::Captured& GraphedSteps::capture(const std::string& signature, cons
   StepProfiler untimed;
   const std::string region = "the training step captured as a CUDA graph (run.cuda_graphs)";
   if (!random_base_.defined()) random_base_ = zeros({1}, kInt64, run_.device);
+  // The collectives each group records into the graph: its log's sequence numbers advance by them
+  // (NOTE [ Collectives in CUDA graphs ]).
+  std::vector<std::pair<ProcessGroup*, uint64_t>> logged;
+  if (run_.world_size > 1)
+    for (ProcessGroup* group : {run_.model_group, run_.batch_norm_group})
+      if (group != nullptr) logged.emplace_back(group, group->log().next_sequence());
   {
     const ForbidHostSyncGuard no_host_reads(region.c_str());
     Generator& gen = run_.generator;
@@ -68,6 +83,10 @@ GraphedSteps::Captured& GraphedSteps::capture(const std::string& signature, cons
                                  "without graphs"));
     }
     c.random_draws = gen.end_relative();
+  }
+  for (const auto& [group, first] : logged) {
+    const auto count = static_cast<int64_t>(group->log().next_sequence() - first);
+    if (count > 0) c.collectives.emplace_back(group, count);
   }
   ++captures_;
   last_graph_nodes_ = c.graph->node_count();
@@ -89,7 +108,12 @@ StepStats GraphedSteps::replay(Captured& captured, const Batch& batch, StepProfi
              "offset passed 2^53 counters");
     backend.fill(random_base_, static_cast<double>(gen.reserve(captured.random_draws)));
   }
-  captured.graph->replay();
+  // A replay that holds collectives is queued through their groups, which watch it (NOTE
+  // [ Collectives in CUDA graphs ]): nested, one bracket per group around the one launch.
+  std::function<void()> launch = [&captured] { captured.graph->replay(); };
+  for (const auto& [group, count] : captured.collectives)
+    launch = [group = group, count = count, inner = std::move(launch)] { group->replay_graph(inner, count)->wait(); };
+  launch();
   StepStats stats;
   stats.loss = captured.loss.clone();  // the next replay rewrites the graph's own
   profiler.end();

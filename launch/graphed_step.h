@@ -21,10 +21,19 @@
 //   counter, which each replay sets to the generator's offset before it runs (NOTE [ Random
 //   numbers in CUDA graphs ] in runtime/tensor/generator.h): replay k draws the masks eager
 //   step k would have, so a graphed run keeps the eager run's random stream.
+// - Data-parallel runs (NCCL): the reducer's hooks run during the capture as in an eager step,
+//   and the all-reduces they submit — and SyncBatchNorm's all-gathers — are recorded into the
+//   graph with their fork to the communication stream and their join (NOTE [ Collectives in CUDA
+//   graphs ] in comm/nccl/nccl_process_group.h); each replay is queued through the groups, whose
+//   watchdogs time it like a collective. A step is captured only once the reducer's buckets have
+//   settled (its one re-plan, in the second synchronised step), at the same step on every rank.
+//   The reducer's host-clock communication figures come from the eager steps only: a replay's
+//   communication is inside its "graph" phase.
 // - Refused where a step cannot be one graph (check_cuda_graphs): the CPU (no graphs), Shampoo
-//   (its roots are computed on the host from the step's statistics), data-parallel runs (the
-//   reducer's hooks and NCCL's collectives are not captured yet), and token batching by
-//   max_tokens (a new shape nearly every step).
+//   (its roots are computed on the host from the step's statistics), find_unused_parameters in
+//   data-parallel runs (the unused set would be frozen at the captured step), the MPI backend
+//   (its collectives run on the host), and token batching by max_tokens (a new shape nearly
+//   every step).
 // - Timing: a replayed step is one "graph" phase of the step profile (device time).
 #pragma once
 
@@ -33,6 +42,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "launch/config.h"
 #include "launch/step_profiler.h"
@@ -70,6 +81,8 @@ class GraphedSteps {
     Tensor loss;   // the graph's output, rewritten by each replay
     std::unique_ptr<DeviceGraph> graph;
     uint64_t random_draws = 0;  // generator counters one replay draws
+    // Collectives recorded into the graph, per process group (NOTE [ Collectives in CUDA graphs ]).
+    std::vector<std::pair<ProcessGroup*, int64_t>> collectives;
   };
   Captured& capture(const std::string& signature, const Batch& batch);
   StepStats replay(Captured& graph, const Batch& batch, StepProfiler& profiler);

@@ -405,6 +405,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
       DP_CHECK(world.batch_norm_group != nullptr && world.batch_norm_group->size() == r.world_size,
                "train: distributed.sync_batchnorm needs a process group for BatchNorm statistics over the same ",
                r.world_size, " ranks");
+      r.batch_norm_group = world.batch_norm_group;
       r.synchronised_batchnorms = convert_sync_batchnorm(*r.model, *world.batch_norm_group);
     }
   }

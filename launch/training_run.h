@@ -86,6 +86,7 @@ struct TrainingRun {
   int rank = 0, world_size = 1;
   ProcessGroup* group = nullptr;        // MPI (CPU tensors); null for one process
   ProcessGroup* model_group = nullptr;  // the model's tensors: `group` on the CPU, NCCL on a GPU
+  ProcessGroup* batch_norm_group = nullptr;  // distributed.sync_batchnorm's group; null without it
   // ---- Data ----
   TrainAndEvalData data;
   DataPlan plan;

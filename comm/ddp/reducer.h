@@ -101,6 +101,11 @@ class Reducer {
   const std::vector<nn::NamedTensor>& parameters() const { return params_; }
   // Re-plans done so far (0 or 1).
   int replans() const { return replans_; }
+  // The buckets will not move again: re-planned from the ready order, or told not to. A CUDA
+  // graph captures the buckets' addresses, so a step is captured only once this holds (NOTE
+  // [ Collectives in CUDA graphs ] in comm/nccl/nccl_process_group.h).
+  bool settled() const { return replans_ > 0 || !options_.replan_from_ready_order; }
+  const ReducerOptions& options() const { return options_; }
 
  private:
   using Clock = std::chrono::steady_clock;

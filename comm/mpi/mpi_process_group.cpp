@@ -352,6 +352,8 @@ void MpiProcessGroup::execute(const CollectiveFingerprint& fingerprint, const Te
     case CollectiveOp::Barrier:
       check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
       return;
+    case CollectiveOp::GraphReplay:  // only NCCL groups capture collectives into graphs
+      break;
   }
   DP_ASSERT(false);
 }

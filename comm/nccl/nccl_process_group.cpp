@@ -48,6 +48,7 @@ const char* nccl_call_name(CollectiveOp op) {
     case CollectiveOp::AllGather: return "ncclAllGather";
     case CollectiveOp::ReduceScatter: return "ncclReduceScatter";
     case CollectiveOp::Barrier: return "ncclAllReduce (barrier)";
+    case CollectiveOp::GraphReplay: return "a CUDA graph replay";
   }
   return "an NCCL call";
 }
@@ -235,6 +236,7 @@ bool NcclWork::is_completed() const {
     std::lock_guard lock(state_->mutex);
     if (!error_.empty()) return true;
   }
+  if (captured_) return false;  // runs only inside replays (NOTE [ Collectives in CUDA graphs ])
   return done_passed();
 }
 
@@ -246,6 +248,17 @@ void NcclWork::wait() {
     if (!error_.empty()) throw Error(error_);
   }
   if (done_ == nullptr) return;
+  if (captured_) {
+    // NOTE [ Collectives in CUDA graphs ]: the join goes into the capture; once it has ended, the
+    // collective runs only inside replays, which the compute stream orders already.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DP_CUDA_CHECK(state_->device, cudaStreamIsCapturing(compute_stream_, &capture));
+    if (capture == cudaStreamCaptureStatusActive) {
+      DP_CUDA_CHECK(state_->device, cudaStreamWaitEvent(compute_stream_, done_, 0), "joining ",
+                    state_->context(*this), " into the CUDA graph capture");
+    }
+    return;
+  }
   const cudaError_t status = cudaEventQuery(done_);
   if (status == cudaSuccess) return;  // already run: nothing to order
   if (status != cudaErrorNotReady) {
@@ -256,6 +269,8 @@ void NcclWork::wait() {
 }
 
 void NcclWork::synchronize() {
+  DP_CHECK(!captured_, state_->context(*this), ": a host wait for a collective recorded into a CUDA graph; it runs "
+           "only inside the graph's replays (NOTE [ Collectives in CUDA graphs ])");
   Backoff backoff;
   for (;;) {
     {
@@ -460,23 +475,48 @@ void NcclProcessGroup::check_reduction(const char* op, DType dtype, CollectiveRe
            ": the average of an integer tensor is not an integer; sum, then divide as floats");
 }
 
-WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output,
-                                 bool host_wait) {
-  activate();
-  if (output.defined()) output.bump_version();  // written in place, asynchronously
-  std::lock_guard lock(state_->mutex);  // also orders sequence numbers with launches
-  state_->retire_locked();
+std::shared_ptr<NcclWork> NcclProcessGroup::open_work_locked(const CollectiveFingerprint& fingerprint,
+                                                              bool host_wait, bool capturing) {
+  // Retiring queries events, which the capturing thread must not do: it would invalidate the
+  // capture (the watchdog, on its own thread, goes on retiring meanwhile).
+  if (!capturing) state_->retire_locked();
   const uint64_t sequence = log_.append(fingerprint);
   std::shared_ptr<NcclWork> work(new NcclWork(sequence, fingerprint, state_, backend_.stream(), host_wait));
   if (!state_->failure.empty()) {
     work->error_ = detail::concat(state_->context(*work), ": not run, the group is broken by an earlier failure: ",
                                   state_->failure);
     log_.set_state(sequence, CollectiveState::Failed);
-    return work;
   }
+  return work;
+}
+
+void NcclProcessGroup::fail_launch_locked(NcclWork& work, const std::exception& e) {
+  // A launch failure breaks the group like any other (NOTE [ Process group contract ]); the error
+  // comes from wait(), as run-time errors do.
+  const std::string text = detail::concat(state_->context(work), ": ", e.what());
+  work.error_ = text;
+  log_.set_state(work.sequence(), CollectiveState::Failed);
+  state_->fail_locked(&work, text, /*print=*/false);
+}
+
+WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output,
+                                 bool host_wait) {
+  activate();
   const int device = gpu_.index();
+  // NOTE [ Collectives in CUDA graphs ]: recorded into the capture, not run.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DP_CUDA_CHECK(device, cudaStreamIsCapturing(backend_.stream(), &capture),
+                "NcclProcessGroup: asking whether the compute stream is being captured");
+  const bool captured = capture != cudaStreamCaptureStatusNone;
+  DP_CHECK(!(captured && host_wait), where(collective_op_name(fingerprint.op)), ": it blocks the host until every ",
+           "rank has reached it, which a CUDA graph capture cannot hold (NOTE [ Collectives in CUDA graphs ])");
+  if (output.defined()) output.bump_version();  // written in place, asynchronously
+  std::lock_guard lock(state_->mutex);  // also orders sequence numbers with launches
+  std::shared_ptr<NcclWork> work = open_work_locked(fingerprint, host_wait, captured);
+  work->captured_ = captured;
+  if (!work->error_.empty()) return work;
   try {
-    // NOTE [ NCCL streams and waits ]
+    // NOTE [ NCCL streams and waits ]; under capture the same calls become the graph's edges
     DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->ready_, cudaEventDisableTiming));
     DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->done_, cudaEventDisableTiming));
     DP_CUDA_CHECK(device, cudaEventRecord(work->ready_, backend_.stream()));
@@ -511,6 +551,8 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
         rc = ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm,
                            comm_stream_);
         break;
+      case CollectiveOp::GraphReplay:  // queued by replay_graph(), never submitted
+        throw Error("a graph replay is not a collective to submit");
     }
     if (rc == ncclInProgress) rc = state_->settle_locked();
     if (rc == ncclInProgress) {
@@ -520,15 +562,39 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
     check_nccl(rc, comm, nccl_call_name(fingerprint.op));
     DP_CUDA_CHECK(device, cudaEventRecord(work->done_, comm_stream_));
   } catch (const std::exception& e) {
-    // A launch failure breaks the group like any other (NOTE [ Process group contract ]); the error
-    // comes from wait(), as run-time errors do.
-    const std::string text = detail::concat(state_->context(*work), ": ", e.what());
-    work->error_ = text;
-    log_.set_state(sequence, CollectiveState::Failed);
-    state_->fail_locked(work.get(), text, /*print=*/false);
+    fail_launch_locked(*work, e);
+    return work;
+  }
+  if (captured) {
+    log_.set_state(work->sequence(), CollectiveState::Captured);  // its replays are watched instead
     return work;
   }
   state_->pending.push_back({work, input, output, std::nullopt});
+  return work;
+}
+
+WorkPtr NcclProcessGroup::replay_graph(const std::function<void()>& launch, int64_t collectives, int64_t tag) {
+  DP_CHECK(collectives >= 0, where("replay_graph"), ": a graph cannot hold ", collectives, " collectives");
+  activate();
+  const int device = gpu_.index();
+  std::lock_guard lock(state_->mutex);
+  std::shared_ptr<NcclWork> work =
+      open_work_locked({CollectiveOp::GraphReplay, CollectiveReduce::None, kUInt8, collectives, -1, tag}, false, false);
+  // A broken group does not replay: the graph's collectives would wait for peers that have stopped.
+  if (!work->error_.empty()) return work;
+  try {
+    // NOTE [ Collectives in CUDA graphs ]: the replay, bracketed on the compute stream, is watched
+    // as one collective.
+    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->ready_, cudaEventDisableTiming));
+    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->done_, cudaEventDisableTiming));
+    DP_CUDA_CHECK(device, cudaEventRecord(work->ready_, backend_.stream()));
+    launch();
+    DP_CUDA_CHECK(device, cudaEventRecord(work->done_, backend_.stream()));
+  } catch (const std::exception& e) {
+    fail_launch_locked(*work, e);
+    return work;
+  }
+  state_->pending.push_back({work, Tensor(), Tensor(), std::nullopt});
   return work;
 }
 

@@ -47,6 +47,26 @@
 // shows at the next submission or wait. A launch that NCCL rejects breaks the group the same way
 // (its Work fails; the error is thrown from wait(), as run-time errors are).
 //
+// NOTE [ Collectives in CUDA graphs ]
+// A collective submitted while the compute stream is being captured (run.cuda_graphs, NOTE [ CUDA
+// graphs ] in launch/graphed_step.h) is recorded into the graph, not run (NCCL supports stream
+// capture): the fork and join above (`ready` on the compute stream, the NCCL call on the
+// communication stream, `done`) become the graph's edges, NCCL's kernels its nodes. Such a Work
+// is captured: logged once with the state "captured", never queried (an event recorded in a
+// capture has no time of its own), its wait() adds the join to the capture and nothing else, and
+// a host wait — barrier(), synchronize() — is refused. The capturing thread queries no event at
+// all (a query there would invalidate the capture): retiring finished collectives is left to the
+// watchdog's thread meanwhile. Its tensors are not held: a graph's
+// tensors outlive the graph anyway (the reducer's buckets are persistent; tensors made during the
+// capture belong to the graph's memory pool).
+// Each replay runs the captured collectives again without a submission, so the graph's owner
+// queues every replay through replay_graph(): it brackets the launch with `ready` and `done` on
+// the compute stream and queues the pair as one entry, graph_replay(N collectives), in the log and
+// in the watchdog's queue. A replay that hangs (a peer stopped replaying) therefore ends at the
+// timeout, and asynchronous errors break the group as they do for a collective; every rank logs
+// the same replays in the same order. Every rank must capture the same collectives at the same
+// step (GraphedSteps captures at the same step of a shape on every rank).
+//
 // NCCL does not check that ranks agree on a collective (the MPI backend does, NOTE [ MPI
 // communication thread ]): ranks issuing different collectives, or one rank skipping one, hang
 // until the timeout and the message names this rank's collective only. Diagnose with the MPI
@@ -54,6 +74,8 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -91,8 +113,11 @@ class NcclWork final : public Work {
   // it and returns without blocking the host. For barrier(), the same as synchronize().
   void wait() override;
   // Blocks the host until the collective has run, polling NCCL for asynchronous errors; throws
-  // the collective's failure, if any (a hang ends at the watchdog's timeout).
+  // the collective's failure, if any (a hang ends at the watchdog's timeout). Refused for a
+  // captured collective (NOTE [ Collectives in CUDA graphs ]).
   void synchronize();
+  // Recorded into a CUDA graph rather than run (NOTE [ Collectives in CUDA graphs ]).
+  bool captured() const { return captured_; }
 
  private:
   friend class NcclProcessGroup;
@@ -104,6 +129,7 @@ class NcclWork final : public Work {
   std::shared_ptr<NcclGroupState> state_;
   CUstream_st* compute_stream_;
   const bool host_wait_;          // barrier: wait() blocks the host
+  bool captured_ = false;         // NOTE [ Collectives in CUDA graphs ]
   CUevent_st* ready_ = nullptr;   // on the compute stream, before the collective
   CUevent_st* done_ = nullptr;    // on the communication stream, after it
   std::string error_;             // guarded by the state's mutex; non-empty: failed
@@ -135,8 +161,12 @@ class NcclProcessGroup final : public ProcessGroup {
   // A one-element all-reduce on the communication stream; its wait() blocks the host.
   WorkPtr barrier(int64_t tag = kNoTag) override;
 
-  // Blocks the host until every collective submitted so far has run; throws the group's first
-  // failure, if any.
+  // NOTE [ Collectives in CUDA graphs ]
+  bool captures_collectives() const override { return true; }
+  WorkPtr replay_graph(const std::function<void()>& launch, int64_t collectives, int64_t tag = kNoTag) override;
+
+  // Blocks the host until every collective submitted so far (and every graph replay queued
+  // through replay_graph()) has run; throws the group's first failure, if any.
   void synchronize();
 
   Device device() const { return gpu_; }
@@ -147,6 +177,12 @@ class NcclProcessGroup final : public ProcessGroup {
   // has run.
   WorkPtr submit(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output,
                  bool host_wait);
+  // A new Work with the next sequence number, already failed when the group is broken.
+  // `capturing`: the compute stream is being captured (NOTE [ Collectives in CUDA graphs ]).
+  std::shared_ptr<NcclWork> open_work_locked(const CollectiveFingerprint& fingerprint, bool host_wait,
+                                             bool capturing);
+  // `work`'s launch failed: it fails with `e` and the group is broken.
+  void fail_launch_locked(NcclWork& work, const std::exception& e);
   std::string where(const char* op) const;  // "NcclProcessGroup::all_gather on rank 1 of 4"
   // role: "tensor", "input" or "output", as the message names it.
   void check_tensor(const char* op, const char* role, const Tensor& tensor) const;

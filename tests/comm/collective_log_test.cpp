@@ -22,6 +22,11 @@ TEST(CollectiveFingerprint, Str) {
             "reduce_scatter(average, bfloat16 x 8)");
   EXPECT_EQ((CollectiveFingerprint{CollectiveOp::Barrier, CollectiveReduce::None, kUInt8, 0, -1, -1}).str(), "barrier()");
   EXPECT_EQ((CollectiveFingerprint{CollectiveOp::Barrier, CollectiveReduce::None, kUInt8, 0, -1, 9}).str(), "barrier(tag 9)");
+  EXPECT_EQ((CollectiveFingerprint{CollectiveOp::GraphReplay, CollectiveReduce::None, kUInt8, 12, -1, -1}).str(),
+            "graph_replay(12 collectives)");
+  EXPECT_EQ((CollectiveFingerprint{CollectiveOp::GraphReplay, CollectiveReduce::None, kUInt8, 1, -1, 2}).str(),
+            "graph_replay(1 collective, tag 2)");
+  EXPECT_STREQ(collective_state_name(CollectiveState::Captured), "captured");
 }
 
 TEST(CollectiveDigest, ChangesWithEveryField) {

@@ -1,5 +1,6 @@
 // End-to-end: run.cuda_graphs (NOTE [ CUDA graphs ] in launch/graphed_step.h). Everywhere: runs a
-// graph cannot hold are refused before any training, naming the key and why. With a GPU: a
+// graph cannot hold are refused before any training, naming the key and why (one case under
+// mpirun with 2 ranks). With a GPU: a
 // graphed run trains like the eager run (same losses within rounding, the steps after the
 // warm-up replayed), also with dropout (the same masks) and in fp16 with loss scaling and
 // clipping inside the graph.
@@ -66,6 +67,18 @@ TEST_F(CudaGraphs, RunsAGraphCannotHoldAreRefusedBeforeTraining) {
     EXPECT_THAT(r.output, HasSubstr(c.says)) << c.name;
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr("step 1/"))) << c.name << ": refused before training";
   }
+  // Data-parallel (NOTE [ Collectives in CUDA graphs ]): a replay would freeze the set of unused
+  // parameters at the captured step's; refused on every rank, before the GPU check.
+  const std::string config = scratch_.write("unused.yaml", "run: {output_dir: " + out("unused") +
+                                                                ", max_steps: 4, threads: 1}\n"
+                                                                "data: {batch_size: 64, eval_batch_size: 2000}\n");
+  const ProgramResult unused = run_program(
+      "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 " + dptrain_binary() +
+      " --config " + config + " --set run.cuda_graphs=true --set distributed.find_unused_parameters=true");
+  EXPECT_NE(unused.exit_code, 0) << unused.output;
+  EXPECT_THAT(unused.output, HasSubstr("run.cuda_graphs with distributed.find_unused_parameters: a replay repeats "
+                                       "the captured step"));
+  EXPECT_THAT(unused.output, ::testing::Not(HasSubstr("step 1/")));
   const ProgramResult zero = run("zero_warmup", " --set run.cuda_graphs=true --set run.cuda_graph_warmup=0");
   EXPECT_EQ(zero.exit_code, 1) << zero.output;
   EXPECT_THAT(zero.output, HasSubstr("run.cuda_graph_warmup"));

@@ -49,6 +49,18 @@ TEST_F(MpiProcessGroupTest, RankAndSizeAreMpisWorld) {
   EXPECT_STREQ(group_->backend_name(), "mpi");
 }
 
+// NOTE [ Collectives in CUDA graphs ]: only NCCL records collectives into graphs; the MPI backend
+// refuses a replay without running the launch, and logs nothing.
+TEST_F(MpiProcessGroupTest, CudaGraphReplaysAreRefused) {
+  EXPECT_FALSE(group_->captures_collectives());
+  bool launched = false;
+  const uint64_t next = group_->log().next_sequence();
+  EXPECT_ERROR_CONTAINS(group_->replay_graph([&] { launched = true; }, 3),
+                        "the mpi process group cannot hold collectives in a CUDA graph (3 were asked for a replay)");
+  EXPECT_FALSE(launched);
+  EXPECT_EQ(group_->log().next_sequence(), next);
+}
+
 TEST_F(MpiProcessGroupTest, AllReduceSumAndAverage) {
   // Rank r holds (r + 1) * (i + 1); odd length so no size divides it evenly.
   constexpr int64_t n = 1001;
