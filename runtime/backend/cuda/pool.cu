@@ -9,6 +9,9 @@
 // the window arithmetic), adding in output order as the CPU's scatter does: deterministic, no
 // atomics. Max pooling takes from those outputs the ones whose saved index is this element.
 // Index arithmetic is int32 when every offset fits (int32 division is much cheaper), else int64.
+// Channels-last max pooling has a second pair of kernels that take kVec<T> neighbouring channels of
+// one pixel per thread (16-byte loads and stores, one set of index divisions for all of them); see
+// the NOTE at them.
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -183,6 +186,106 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, const int32
   }
 }
 
+// Channels-last max pooling, V = kVec<T> channels per thread (8 for float16/bfloat16, 4 for
+// float32, 2 for float64), used when C is a multiple of V and the operands are aligned to a
+// vector (nhwc_vectorizable). The scalar kernels above spend most of their time in the integer
+// divisions that locate an element (ResNet-50's stem pool: 6–10 per element); here one thread
+// locates a pixel once for V channels and moves them with one 16-byte access per tensor. Each
+// channel is scanned and compared exactly as in the scalar kernels, so results are the same bit
+// for bit (ties: the first maximum; a NaN wins), and the backward stays a deterministic gather.
+// groups = N·OH·OW·C / V (forward), N·H·W·C / V (backward); group g is channels [c0, c0 + V) of
+// pixel g / (C / V) in memory order, so its first element is at g·V in the output (forward) or
+// in dx (backward).
+// Group `group` of V channels of a channels-last tensor with rows×cols planes: its first channel
+// c0, its pixel (r, q) and its image n.
+template <typename Index>
+struct ChannelGroup {
+  Index c0, r, q, n;
+};
+template <int V, typename Index>
+__device__ __forceinline__ ChannelGroup<Index> locate_channel_group(Index group, Index C, Index rows, Index cols) {
+  const Index channel_groups = C / V;
+  const Index pixel = group / channel_groups, image_rows = pixel / cols;
+  return {group % channel_groups * V, image_rows % rows, pixel % cols, image_rows / rows};
+}
+
+template <typename T, typename Index>
+__global__ void max_pool2d_forward_nhwc_vec_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                   int32_t* __restrict__ indices, Geo<Index> g, int64_t groups) {
+  constexpr int V = kVec<T>;
+  using A = acc_t<T>;
+  for (int64_t i = first_index(); i < groups; i += grid_stride()) {
+    const Index group = static_cast<Index>(i);
+    const ChannelGroup<Index> at = locate_channel_group<V>(group, g.C, g.OH, g.OW);
+    const Index h0 = at.r * g.sh - g.ph, w0 = at.q * g.sw - g.pw;
+    const Index hs = imax<Index>(h0, 0), he = imin<Index>(h0 + g.kh, g.H);
+    const Index ws = imax<Index>(w0, 0), we = imin<Index>(w0 + g.kw, g.W);
+    const T* image = x + at.n * g.H * g.W * g.C + at.c0;
+    A best[V];
+    int32_t best_i[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      best[k] = A(-INFINITY);
+      best_i[k] = static_cast<int32_t>(hs * g.W + ws);  // the window's first element, as the CPU backend
+    }
+    for (Index h = hs; h < he; ++h) {
+      for (Index w = ws; w < we; ++w) {
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(image + (h * g.W + w) * g.C);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const A a = convert<A>(v.v[k]);
+          if (a > best[k] || a != a) {  // strictly greater (first maximum wins), or NaN
+            best[k] = a;
+            best_i[k] = static_cast<int32_t>(h * g.W + w);
+          }
+        }
+      }
+    }
+    Vec<T, V> out;
+    Vec<int32_t, V> where;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      out.v[k] = convert<T>(best[k]);
+      where.v[k] = best_i[k];
+    }
+    const Index o = group * V;
+    *reinterpret_cast<Vec<T, V>*>(y + o) = out;
+    *reinterpret_cast<Vec<int32_t, V>*>(indices + o) = where;
+  }
+}
+
+template <typename T, typename Index>
+__global__ void max_pool2d_backward_nhwc_vec_kernel(const T* __restrict__ dy, const int32_t* __restrict__ indices,
+                                                    T* __restrict__ dx, Geo<Index> g, int64_t groups) {
+  constexpr int V = kVec<T>;
+  using A = acc_t<T>;
+  for (int64_t i = first_index(); i < groups; i += grid_stride()) {
+    const Index group = static_cast<Index>(i);
+    const ChannelGroup<Index> at = locate_channel_group<V>(group, g.C, g.H, g.W);
+    const Index me = at.r * g.W + at.q;
+    const WindowRange<Index> out_rows = outputs_covering(at.r, g.ph, g.kh, g.sh, g.OH);
+    const WindowRange<Index> out_cols = outputs_covering(at.q, g.pw, g.kw, g.sw, g.OW);
+    const Index image = at.n * g.OH * g.OW * g.C + at.c0;
+    A sum[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) sum[k] = A(0);
+    for (Index oh = out_rows.lo; oh <= out_rows.hi; ++oh) {
+      for (Index ow = out_cols.lo; ow <= out_cols.hi; ++ow) {
+        const Index o = image + (oh * g.OW + ow) * g.C;
+        const Vec<int32_t, V> where = *reinterpret_cast<const Vec<int32_t, V>*>(indices + o);
+        const Vec<T, V> d = *reinterpret_cast<const Vec<T, V>*>(dy + o);
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (static_cast<Index>(where.v[k]) == me) sum[k] += convert<A>(d.v[k]);
+      }
+    }
+    Vec<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = convert<T>(sum[k]);
+    *reinterpret_cast<Vec<T, V>*>(dx + group * V) = out;
+  }
+}
+
 // x [N, C, H, W] → y [N, C, OH, OW]. One thread per output; total = N·C·OH·OW.
 template <typename T, typename Index, bool kChannelsLast>
 __global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, Geo<Index> g, int64_t total) {
@@ -265,6 +368,17 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ dy, T*
 template <bool kValue>
 using Flag = std::integral_constant<bool, kValue>;
 
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Whether channels-last max pooling of T can take the vector kernels: whole vectors of channels,
+// values aligned to 16 bytes and the int32 indices to a vector of V of them.
+template <typename T>
+bool nhwc_vectorizable(const PoolGeometry& g, const void* values_a, const void* values_b, const int32_t* indices) {
+  constexpr int V = kVec<T>;
+  return g.channels_last && g.channels % V == 0 && aligned16(values_a) && aligned16(values_b) &&
+         aligned_to(indices, sizeof(int32_t) * V);
+}
+
 // Calls launch(T{}, Geo<Index>, Flag<channels_last>) with the dtype's element type, the narrowest
 // index type and the layout.
 template <typename Launch>
@@ -292,6 +406,12 @@ cudaError_t launch_max_pool2d_forward(const void* x, void* y, int32_t* indices, 
   return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
+    if (nhwc_vectorizable<T>(g, x, y, indices)) {
+      const int64_t groups = total / kVec<T>;
+      max_pool2d_forward_nhwc_vec_kernel<T, Index><<<blocks_for(groups), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), indices, geo, groups);
+      return;
+    }
     max_pool2d_forward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), indices, geo, total);
   });
@@ -304,6 +424,12 @@ cudaError_t launch_max_pool2d_backward(const void* dy, const int32_t* indices, v
   return dispatch(dtype, g, [&](auto tag, auto geo, auto layout) {
     using T = decltype(tag);
     using Index = std::remove_cv_t<decltype(geo.H)>;
+    if (nhwc_vectorizable<T>(g, dy, dx, indices)) {
+      const int64_t groups = total / kVec<T>;
+      max_pool2d_backward_nhwc_vec_kernel<T, Index><<<blocks_for(groups), kThreads, 0, stream>>>(
+          static_cast<const T*>(dy), indices, static_cast<T*>(dx), geo, groups);
+      return;
+    }
     max_pool2d_backward_kernel<T, Index, decltype(layout)::value><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(dy), indices, static_cast<T*>(dx), geo, total);
   });

@@ -56,8 +56,10 @@ class CudaPoolTest : public testing::GpuTest {
   }
 
   // Max pool forward and backward on both backends; indices must be equal and, for
-  // float32/float64, values bit-equal (same scan and summation order).
-  void check_max_pool(const Shape& x_shape, const Pool2dParams& p, DType dtype, bool ties, bool with_nan = false) {
+  // float32/float64, values bit-equal (same scan and summation order). `format`: the layout of
+  // every operand on both backends.
+  void check_max_pool(const Shape& x_shape, const Pool2dParams& p, DType dtype, bool ties, bool with_nan = false,
+                      MemoryFormat format = MemoryFormat::Contiguous) {
     Tensor x64 = values(x_shape, 7, ties);
     if (with_nan) {
       std::vector<double> v = x64.to_vector<double>();
@@ -66,26 +68,28 @@ class CudaPoolTest : public testing::GpuTest {
     }
     // The CPU reference runs in float32/float64 on the values rounded to `dtype`.
     const DType cpu_dtype = dtype == kFloat64 ? kFloat64 : kFloat32;
-    const Tensor x_cpu = x64.to(dtype).to(cpu_dtype);
+    const Tensor x_cpu = x64.to(dtype).to(cpu_dtype).contiguous(format);
     const Shape y_shape = pooled(x_shape, p);
-    Tensor y_cpu = Tensor::empty(y_shape, cpu_dtype, cpu_), i_cpu = Tensor::empty(y_shape, kInt32, cpu_);
+    Tensor y_cpu = Tensor::empty(y_shape, cpu_dtype, cpu_, format), i_cpu = Tensor::empty(y_shape, kInt32, cpu_, format);
     cpu_.backend().max_pool2d_forward(x_cpu, y_cpu, i_cpu, p);
-    const Tensor x_gpu = x_cpu.to(dtype).to(gpu_);
-    Tensor y_gpu = Tensor::empty(y_shape, dtype, gpu_), i_gpu = Tensor::empty(y_shape, kInt32, gpu_);
+    const Tensor x_gpu = x_cpu.to(dtype).to(gpu_).contiguous(format);
+    Tensor y_gpu = Tensor::empty(y_shape, dtype, gpu_, format), i_gpu = Tensor::empty(y_shape, kInt32, gpu_, format);
+    ASSERT_TRUE(x_gpu.is_contiguous(format) && y_gpu.is_contiguous(format));
     gpu_.backend().max_pool2d_forward(x_gpu, y_gpu, i_gpu, p);
     EXPECT_EQ(i_gpu.to(cpu_).to_vector<int32_t>(), i_cpu.to_vector<int32_t>()) << dtype_name(dtype);
     expect_close(y_gpu, y_cpu, 0.0, "max_pool2d y");
 
-    const Tensor dy_cpu = values(y_shape, 11).to(dtype).to(cpu_dtype);
-    Tensor dx_cpu = Tensor::empty(x_shape, cpu_dtype, cpu_);
+    const Tensor dy_cpu = values(y_shape, 11).to(dtype).to(cpu_dtype).contiguous(format);
+    Tensor dx_cpu = Tensor::empty(x_shape, cpu_dtype, cpu_, format);
     cpu_.backend().max_pool2d_backward(dy_cpu, i_cpu, dx_cpu, p);
-    Tensor dx_gpu = full(x_shape, 123.0, dtype, gpu_);  // poisoned: every element must be written
-    gpu_.backend().max_pool2d_backward(dy_cpu.to(dtype).to(gpu_), i_gpu, dx_gpu, p);
+    Tensor dx_gpu = full(x_shape, 123.0, dtype, gpu_).contiguous(format);  // poisoned: every element must be written
+    const Tensor dy_gpu = dy_cpu.to(dtype).to(gpu_).contiguous(format);
+    gpu_.backend().max_pool2d_backward(dy_gpu, i_gpu, dx_gpu, p);
     const bool exact = dtype == kFloat32 || dtype == kFloat64;
     expect_close(dx_gpu, dx_cpu, exact ? 0.0 : 1e-2, "max_pool2d dx");
     // Deterministic: a second run gives the same bits.
-    Tensor dx_again = Tensor::empty(x_shape, dtype, gpu_);
-    gpu_.backend().max_pool2d_backward(dy_cpu.to(dtype).to(gpu_), i_gpu, dx_again, p);
+    Tensor dx_again = Tensor::empty(x_shape, dtype, gpu_, format);
+    gpu_.backend().max_pool2d_backward(dy_gpu, i_gpu, dx_again, p);
     const Tensor a = dx_gpu.to(cpu_), b = dx_again.to(cpu_);
     EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << "max_pool2d_backward is not repeatable";
   }
@@ -111,6 +115,31 @@ TEST_F(CudaPoolTest, MaxPoolResNetStemAndPlanesPastOneWarpChunk) {
   q.kernel_h = q.kernel_w = 2;
   q.stride_h = q.stride_w = 2;
   for (DType dtype : kFloating) check_max_pool({2, 33, 17, 9}, q, dtype, /*ties=*/true);
+}
+
+// Channels-last with whole vectors of channels takes the vector kernels (kVec<T> channels a
+// thread: 8 halves, 4 floats, 2 doubles); 12 channels are whole vectors for float32 and float64
+// but not for the half types, which then take the scalar channels-last kernels.
+TEST_F(CudaPoolTest, MaxPoolChannelsLastVectorKernelsMatchCpu) {
+  const MemoryFormat cl = MemoryFormat::ChannelsLast;
+  Pool2dParams stem;  // ResNet's
+  stem.kernel_h = stem.kernel_w = 3;
+  stem.stride_h = stem.stride_w = 2;
+  stem.pad_h = stem.pad_w = 1;
+  for (DType dtype : kFloating) check_max_pool({3, 64, 15, 11}, stem, dtype, /*ties=*/false, false, cl);
+  for (DType dtype : kFloating) check_max_pool({2, 16, 9, 13}, stem, dtype, /*ties=*/true, false, cl);
+  Pool2dParams dense;  // every input in up to 9 windows
+  dense.kernel_h = dense.kernel_w = 3;
+  dense.pad_h = dense.pad_w = 1;
+  for (DType dtype : kFloating) check_max_pool({2, 16, 7, 6}, dense, dtype, /*ties=*/true, false, cl);
+  for (DType dtype : kFloating) check_max_pool({2, 12, 7, 6}, dense, dtype, /*ties=*/true, false, cl);
+  Pool2dParams odd;  // uneven window and stride, padding on one axis
+  odd.kernel_h = 3, odd.kernel_w = 2;
+  odd.stride_h = 2, odd.stride_w = 1;
+  odd.pad_h = 1, odd.pad_w = 0;
+  check_max_pool({2, 8, 11, 10}, odd, kFloat32, /*ties=*/true, /*with_nan=*/true, cl);
+  check_max_pool({2, 8, 11, 10}, odd, kFloat64, /*ties=*/false, /*with_nan=*/true, cl);
+  check_max_pool({2, 8, 11, 10}, odd, kBFloat16, /*ties=*/true, /*with_nan=*/true, cl);
 }
 
 TEST_F(CudaPoolTest, MaxPoolPropagatesNaNLikeCpu) {

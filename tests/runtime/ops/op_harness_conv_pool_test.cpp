@@ -82,6 +82,9 @@ std::vector<OpCase> conv_pool_cases() {
   max_case("max_pool2d_empty_batch", InputSpec("x", {0, 2, 4, 4}), pool(2, 2, 2, 2));
   max_case("max_pool2d_channels_last_3x3_stride2_pad1", InputSpec("x", {2, 5, 7, 7}).distinct().channels_last(),
            pool(3, 3, 2, 2, 1, 1));
+  // 16 channels: whole 16-byte vectors of channels in every dtype (the CUDA vector kernels).
+  max_case("max_pool2d_channels_last_16ch_3x3_stride2_pad1", InputSpec("x", {2, 16, 7, 9}).distinct().channels_last(),
+           pool(3, 3, 2, 2, 1, 1));
   max_case("max_pool2d_channels_last_overlapping_3x2", InputSpec("x", {1, 3, 5, 6}).distinct().channels_last(),
            pool(3, 2, 1, 1));
 
