@@ -46,6 +46,38 @@ Shape conv2d_output_shape(const Tensor& x, const Tensor& weight, const Tensor& b
   return {x.size(0), K, OH, OW};
 }
 
+// NOTE [ Channels-last weights under autocast ]
+// cuDNN's NHWC convolutions take the filter in NHWC too ([K, KH, KW, C/g] in memory). A float32
+// weight keeps PyTorch's layout (checkpoints, optimisers and DDP buckets see [K, C/g, KH, KW]
+// contiguous), so a channels-last convolution on a GPU transposes it: a copy for the forward, one
+// for the input gradient, and one more for the weight gradient cuDNN writes in NHWC. Under
+// autocast the weight is cast every step anyway, so on a GPU with channels-last activations the
+// cast writes the low-precision weight channels-last; the convolution then takes it as it is,
+// cuDNN writes the weight gradient channels-last too, and the cast's backward widens it straight
+// into the float32 gradient (into its home when one is offered, NOTE [ Gradient homes ]) — the
+// three transposes a convolution a step are gone, folded into passes that run anyway. The CPU
+// keeps contiguous weights (its paths read [K, C/g, KH, KW]; channels-last is not its default).
+Tensor autocast_weight(const Tensor& w, const Tensor& x) {
+  if (!w.defined()) return w;
+  const DType target = autocast_dtype_for(AutocastOp::Conv2d, w.dtype());
+  const bool channels_last = x.device().is_cuda() && x.suggest_memory_format() == MemoryFormat::ChannelsLast;
+  if (target == w.dtype() || !channels_last) return autocast_input(AutocastOp::Conv2d, w);
+  Tensor out = Tensor::empty(w.shape(), target, w.device(), MemoryFormat::ChannelsLast);
+  w.device().backend().copy(w, out);
+  if (any_requires_grad({&w})) {
+    const DType source = w.dtype();
+    record("to_dtype", out, {w}, [source](const Tensor& g, const Node& node) {
+      // Widened into the source's own layout (contiguous): the parameter's gradient never takes
+      // the channels-last strides of its low-precision copy.
+      Tensor grad = node.offered_home(0, g.shape(), source, g.device());
+      if (!grad.defined()) grad = Tensor::empty(g.shape(), source, g.device());
+      g.device().backend().copy(g, grad);
+      return std::vector<Tensor>{grad};
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 // x [N, Cin, H, W], weight [Cout, Cin/groups, KH, KW], bias [Cout] → y [N, Cout, OH, OW]
@@ -53,13 +85,18 @@ Shape conv2d_output_shape(const Tensor& x, const Tensor& weight, const Tensor& b
 Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bias_cast, const Conv2dParams& p) {
   // Under autocast the three run in the low-precision dtype (NOTE [ Autocast policy ]).
   const Tensor x_in = autocast_input(AutocastOp::Conv2d, x_cast);
-  const Tensor weight_in = autocast_input(AutocastOp::Conv2d, weight_cast);
+  const Tensor weight_in = autocast_weight(weight_cast, x_in);  // NOTE [ Channels-last weights under autocast ]
   const Tensor bias_in = autocast_input(AutocastOp::Conv2d, bias_cast);
   const Shape y_shape = conv2d_output_shape(x_in, weight_in, bias_in, p);
-  // The input's memory format is the activations' (NOTE [ Channels-last ]); weights stay
-  // [Cout, Cin/groups, KH, KW] contiguous.
+  // The input's memory format is the activations' (NOTE [ Channels-last ]); weights are
+  // [Cout, Cin/groups, KH, KW] contiguous, or channels-last when autocast_weight made them so.
   const MemoryFormat format = x_in.suggest_memory_format();
-  Tensor x = x_in.detach().contiguous(format), weight = weight_in.detach().contiguous();
+  // (A weight that is both, such as a 1×1 one, counts as contiguous: its gradient stays so.)
+  const MemoryFormat weight_format = format == MemoryFormat::ChannelsLast && !weight_in.is_contiguous() &&
+                                             weight_in.is_contiguous(MemoryFormat::ChannelsLast)
+                                         ? MemoryFormat::ChannelsLast
+                                         : MemoryFormat::Contiguous;
+  Tensor x = x_in.detach().contiguous(format), weight = weight_in.detach().contiguous(weight_format);
   Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
   Tensor y = Tensor::empty(y_shape, x.dtype(), x.device(), format);
   x.device().backend().conv2d_forward(x, weight, bias, y, p);
@@ -69,7 +106,7 @@ Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bia
     SavedTensor saved_w = x_in.requires_grad() ? SavedTensor(weight) : SavedTensor();
     const Shape x_shape = x.shape(), w_shape = weight.shape();
     record("conv2d", y, {x_in, weight_in, bias_in},
-           [saved_x, saved_w, x_shape, w_shape, p, format](const Tensor& g, const Node& node) {
+           [saved_x, saved_w, x_shape, w_shape, p, format, weight_format](const Tensor& g, const Node& node) {
              // dy [N, Cout, OH, OW] → dx [N, Cin, H, W], dw [Cout, Cin/groups, KH, KW], db [Cout];
              // dy and dx in the forward's memory format
              Tensor dy = g.contiguous(format);
@@ -82,7 +119,9 @@ Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bia
                be.conv2d_backward_input(dy, saved_w.get("conv2d"), dx, p);
              }
              if (node.needs_input_grad(1)) {  // the bias gradient comes fused with the weight's
-               dw = node.grad_buffer(1, w_shape, dy.dtype(), dy.device());
+               // In the weight's format: a channels-last weight's gradient comes channels-last.
+               dw = node.offered_home(1, w_shape, dy.dtype(), dy.device());
+               if (!dw.defined()) dw = Tensor::empty(w_shape, dy.dtype(), dy.device(), weight_format);
                be.conv2d_backward_weight(dy, saved_x.get("conv2d"), dw, db, p);
              } else if (db.defined()) {  // bias alone: sum dy over N, OH, OW
                be.reduce(ReduceOp::Sum, dy, db.reshape({1, w_shape[0], 1, 1}));

@@ -357,9 +357,22 @@ void conv2d_backward_weight_by_tap(const Tensor& dy, const Tensor& x, const Tens
 // accumulates in float32, and what several GEMMs or taps add up (dx, dw, dbias) is summed in
 // float32 and rounded once.
 
+namespace {
+// Every CPU path below reads and writes weights as [K, C/g, KH, KW] contiguous; a channels-last
+// weight or weight gradient (the backend contract allows one: NOTE [ Channels-last weights under
+// autocast ] in runtime/ops/conv.cpp, whose channels-last casts are for GPUs) goes through a
+// contiguous copy.
+Tensor contiguous_weight(CpuBackend& backend, const Tensor& w) {
+  Tensor c = Tensor::empty(w.shape(), w.dtype(), w.device());
+  backend.copy(w, c);
+  return c;
+}
+}  // namespace
+
 // x [N, C, H, W], w [K, C/g, KH, KW], bias [K] (optional) → y [N, K, OH, OW]
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                                 const Conv2dParams& p) {
+  if (!w.is_contiguous()) return conv2d_forward(x, contiguous_weight(*this, w), bias, y, p);
   if (!native_dtype(y.dtype())) {
     ComputeOperands f32(kFloat32, y.device());
     conv2d_forward(f32.in(x), f32.in(w), f32.in(bias), f32.out(y, false), p);
@@ -404,6 +417,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 // dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W]
 void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  if (!w.is_contiguous()) return conv2d_backward_input(dy, contiguous_weight(*this, w), dx, p);
   if (!native_dtype(dx.dtype())) {
     ComputeOperands f32(kFloat32, dx.device());
     conv2d_backward_input(f32.in(dy), f32.in(w), f32.out(dx, false), p);
@@ -449,6 +463,12 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
 // dy [N, K, OH, OW], x [N, C, H, W] → dw [K, C/g, KH, KW] (overwritten), dbias [K] (optional)
 void CpuBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
+  if (!dw.is_contiguous()) {
+    const Tensor dw_contiguous = Tensor::empty(dw.shape(), dw.dtype(), dw.device());
+    conv2d_backward_weight(dy, x, dw_contiguous, dbias, p);
+    copy(dw_contiguous, dw);
+    return;
+  }
   if (!native_dtype(dw.dtype())) {
     ComputeOperands f32(kFloat32, dw.device());
     conv2d_backward_weight(f32.in(dy), f32.in(x), f32.out(dw, false), f32.out(dbias, false), p);

@@ -93,20 +93,31 @@ int to_int(const char* op, const char* what, int64_t v) {
 }
 
 // The layout of a call's activations (x and y, or dy and dx): NCHW-contiguous or channels-last
-// (NOTE [ Channels-last ]); the weight is [K, C/g, KH, KW] contiguous either way.
+// (NOTE [ Channels-last ]). The weight (or its gradient) is [K, C/g, KH, KW], contiguous or
+// channels-last in either layout (NOTE [ Channels-last weights under autocast ] in
+// runtime/ops/conv.cpp); filter_for() and the weight gradient give cuDNN the one it needs.
 ConvLayout layout_of(const char* op, const Tensor& w, std::initializer_list<const Tensor*> activations) {
   for (const Tensor* t : activations)
     DP_CHECK(t->dim() == 4, op, ": expected 4-D activations [N, C, H, W], got ", t->str());
-  DP_CHECK(w.dim() == 4 && w.is_contiguous(), op, ": expected a contiguous weight [K, C/g, KH, KW], got ", w.str());
+  DP_CHECK(w.dim() == 4 && (w.is_contiguous() || w.is_contiguous(MemoryFormat::ChannelsLast)), op,
+           ": expected a weight [K, C/g, KH, KW], contiguous or channels-last, got ", w.str());
   return common_memory_format(op, activations) == MemoryFormat::ChannelsLast ? ConvLayout::NHWC : ConvLayout::NCHW;
 }
 
-// cuDNN's NHWC convolutions take the filter in NHWC too ([K, KH, KW, C/g] in memory), while
-// weights keep PyTorch's layout: a channels-last call works on a transposed copy (the weights are
-// small next to the activations: ResNet-50's largest layer has 2.4 M of them).
+// The filter's memory format for a layout: cuDNN's NHWC convolutions take it in NHWC too ([K, KH,
+// KW, C/g] in memory).
+MemoryFormat filter_format(ConvLayout layout) {
+  return layout == ConvLayout::NCHW ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+}
+
+// `w` in the layout's filter format: itself when it is already (a channels-last weight of a
+// channels-last call: NOTE [ Channels-last weights under autocast ] in runtime/ops/conv.cpp), else
+// a transposed copy (a float32 weight keeps PyTorch's layout; weights are small next to the
+// activations: ResNet-50's largest layer has 2.4 M of them).
 Tensor filter_for(CudaBackend& backend, const Tensor& w, ConvLayout layout) {
-  if (layout == ConvLayout::NCHW) return w;
-  Tensor t = Tensor::empty(w.shape(), w.dtype(), w.device(), MemoryFormat::ChannelsLast);
+  const MemoryFormat format = filter_format(layout);
+  if (w.is_contiguous(format)) return w;
+  Tensor t = Tensor::empty(w.shape(), w.dtype(), w.device(), format);
   backend.copy(w, t);
   return t;
 }
@@ -664,10 +675,11 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
   if (!weight_flows && !bias_flows) return;
   cudnnHandle_t handle = cudnn();
   const Scalars scalars(dy.dtype());
-  // NHWC: cuDNN writes the filter gradient as [K, KH, KW, C/g]; it is transposed into dw at the end.
-  const Tensor filter_grad = layout == ConvLayout::NCHW || !weight_flows
+  // cuDNN writes the filter gradient in the layout's filter format ([K, KH, KW, C/g] for NHWC); a
+  // dw in the other format gets it transposed at the end.
+  const Tensor filter_grad = !weight_flows || dw.is_contiguous(filter_format(layout))
                                  ? dw
-                                 : Tensor::empty(dw.shape(), dw.dtype(), dw.device(), MemoryFormat::ChannelsLast);
+                                 : Tensor::empty(dw.shape(), dw.dtype(), dw.device(), filter_format(layout));
   const int64_t chunk = images_per_chunk(whole);
   for (int64_t n0 = 0; n0 < whole.n; n0 += chunk) {
     const int64_t count = std::min<int64_t>(chunk, whole.n - n0);

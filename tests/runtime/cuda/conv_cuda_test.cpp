@@ -5,9 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "common/gpu_test.h"
+#include "runtime/autograd/autocast.h"
+#include "runtime/ops/conv.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/reduce.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
 #ifdef DPTRAIN_HAVE_CUDA
@@ -181,6 +186,77 @@ TEST_F(CudaConvTest, EmptyBatchZeroesWeightAndBiasGradients) {
   gpu_.backend().conv2d_backward_weight(dy, x, dw, db, c.p);
   for (double v : dw.to(cpu_).to(kFloat64).to_vector<double>()) ASSERT_EQ(v, 0.0);
   for (double v : db.to(cpu_).to(kFloat64).to_vector<double>()) ASSERT_EQ(v, 0.0);
+}
+
+// NOTE [ Channels-last weights under autocast ]: a channels-last call takes a channels-last weight
+// as it is and writes a channels-last weight gradient; both are what the contiguous weight gives,
+// bit for bit (cuDNN gets the same NHWC filter either way, and the contiguous weight's gradient is
+// the same NHWC result transposed). A contiguous weight in an NCHW call, and a channels-last one
+// there (transposed for cuDNN), agree too.
+TEST_F(CudaConvTest, ChannelsLastWeightsGiveTheContiguousWeightsResults) {
+  const MemoryFormat cl = MemoryFormat::ChannelsLast;
+  ConvCase c{{4, 16, 9, 7}, {32, 16, 3, 3}, {}};
+  c.p.pad_h = c.p.pad_w = 1;
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+    for (MemoryFormat activations : {cl, MemoryFormat::Contiguous}) {
+      const Tensor x = values(c.x, 1).to(dtype).to(gpu_).contiguous(activations);
+      const Tensor dy = values(c.y(), 4).to(dtype).to(gpu_).contiguous(activations);
+      const Tensor w = values(c.w, 2).to(dtype).to(gpu_), w_cl = w.contiguous(cl);
+      ASSERT_FALSE(w_cl.is_contiguous());
+      Backend& be = gpu_.backend();
+      std::vector<std::vector<double>> results[2];
+      for (const Tensor& weight : {w, w_cl}) {
+        const MemoryFormat wf = weight.is_contiguous() ? MemoryFormat::Contiguous : cl;
+        Tensor y = Tensor::empty(c.y(), dtype, gpu_, activations), dx = Tensor::empty(c.x, dtype, gpu_, activations);
+        Tensor dw = full(c.w, 123.0, dtype, gpu_).contiguous(wf);  // poisoned: every element is written
+        be.conv2d_forward(x, weight, Tensor(), y, c.p);
+        be.conv2d_backward_input(dy, weight, dx, c.p);
+        be.conv2d_backward_weight(dy, x, dw, Tensor(), c.p);
+        EXPECT_EQ(dw.is_contiguous(), weight.is_contiguous()) << "dw keeps its format";
+        results[weight.is_contiguous() ? 0 : 1] = {y.to(cpu_).to(kFloat64).to_vector<double>(),
+                                                   dx.to(cpu_).to(kFloat64).to_vector<double>(),
+                                                   dw.to(cpu_).to(kFloat64).to_vector<double>()};
+      }
+      const char* names[] = {"y", "dx", "dw"};
+      for (int k = 0; k < 3; ++k)
+        EXPECT_EQ(results[1][k], results[0][k]) << dtype_name(dtype) << " " << names[k] << ", activations "
+                                                << (activations == cl ? "channels-last" : "NCHW");
+    }
+  }
+}
+
+// Through the op under bf16 autocast: with channels-last activations on a GPU the weight's cast
+// is channels-last (no transposes; NOTE [ Channels-last weights under autocast ]), and the float32
+// weight still gets a contiguous gradient equal to the NCHW run's.
+TEST_F(CudaConvTest, AutocastWithChannelsLastActivationsGivesTheNchwGradients) {
+  ConvCase c{{4, 16, 9, 7}, {32, 16, 3, 3}, {}};
+  c.p.pad_h = c.p.pad_w = 1;
+  std::vector<double> grads[2], outputs[2];
+  for (int run = 0; run < 2; ++run) {
+    const MemoryFormat format = run == 0 ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+    const Tensor x = values(c.x, 1).to(kFloat32).to(gpu_).contiguous(format);
+    Tensor w = values(c.w, 2).to(kFloat32).to(gpu_);
+    w.set_requires_grad(true);
+    Tensor y;
+    {
+      AutocastGuard amp(kBFloat16);
+      y = conv2d(x, w, Tensor(), c.p);
+    }
+    EXPECT_EQ(y.dtype(), kBFloat16);
+    EXPECT_EQ(y.suggest_memory_format(), format);
+    sum(mul(y.to(kFloat32), values(c.y(), 4).to(kFloat32).to(gpu_))).backward();
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_EQ(w.grad().dtype(), kFloat32);
+    EXPECT_TRUE(w.grad().is_contiguous()) << "the float32 weight's gradient keeps its layout: " << w.grad().str();
+    grads[run] = w.grad().to(cpu_).to(kFloat64).to_vector<double>();
+    outputs[run] = y.to(cpu_).to(kFloat64).to_vector<double>();
+  }
+  ASSERT_EQ(outputs[1].size(), outputs[0].size());
+  for (size_t i = 0; i < outputs[0].size(); ++i)  // NHWC and NCHW algorithms may differ
+    ASSERT_NEAR(outputs[1][i], outputs[0][i], 2e-2 * std::max(1.0, std::abs(outputs[0][i]))) << "y element " << i;
+  ASSERT_EQ(grads[1].size(), grads[0].size());
+  for (size_t i = 0; i < grads[0].size(); ++i)  // bf16 sums in another order: within bf16 rounding
+    ASSERT_NEAR(grads[1][i], grads[0][i], 2e-2 * std::max(1.0, std::abs(grads[0][i]))) << "dw element " << i;
 }
 
 #endif  // DPTRAIN_HAVE_CUDA
