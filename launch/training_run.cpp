@@ -311,6 +311,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
              "over the same ranks");
   }
   r.model_group = r.device.is_cpu() ? world.group : world.device_group;
+  if (r.world_size > 1 && config.distributed.sync_batchnorm) r.batch_norm_group = world.batch_norm_group;
 
   // ---- Data ----
   r.data = make_datasets(config);  // data.dataset (launch/datasets.h)
@@ -405,7 +406,6 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
       DP_CHECK(world.batch_norm_group != nullptr && world.batch_norm_group->size() == r.world_size,
                "train: distributed.sync_batchnorm needs a process group for BatchNorm statistics over the same ",
                r.world_size, " ranks");
-      r.batch_norm_group = world.batch_norm_group;
       r.synchronised_batchnorms = convert_sync_batchnorm(*r.model, *world.batch_norm_group);
     }
   }
