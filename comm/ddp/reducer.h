@@ -105,7 +105,6 @@ class Reducer {
   // graph captures the buckets' addresses, so a step is captured only once this holds (NOTE
   // [ Collectives in CUDA graphs ] in comm/nccl/nccl_process_group.h).
   bool settled() const { return replans_ > 0 || !options_.replan_from_ready_order; }
-  const ReducerOptions& options() const { return options_; }
 
  private:
   using Clock = std::chrono::steady_clock;

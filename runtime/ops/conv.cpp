@@ -61,21 +61,8 @@ Tensor autocast_weight(const Tensor& w, const Tensor& x) {
   if (!w.defined()) return w;
   const DType target = autocast_dtype_for(AutocastOp::Conv2d, w.dtype());
   const bool channels_last = x.device().is_cuda() && x.suggest_memory_format() == MemoryFormat::ChannelsLast;
-  if (target == w.dtype() || !channels_last) return autocast_input(AutocastOp::Conv2d, w);
-  Tensor out = Tensor::empty(w.shape(), target, w.device(), MemoryFormat::ChannelsLast);
-  w.device().backend().copy(w, out);
-  if (any_requires_grad({&w})) {
-    const DType source = w.dtype();
-    record("to_dtype", out, {w}, [source](const Tensor& g, const Node& node) {
-      // Widened into the source's own layout (contiguous): the parameter's gradient never takes
-      // the channels-last strides of its low-precision copy.
-      Tensor grad = node.offered_home(0, g.shape(), source, g.device());
-      if (!grad.defined()) grad = Tensor::empty(g.shape(), source, g.device());
-      g.device().backend().copy(g, grad);
-      return std::vector<Tensor>{grad};
-    });
-  }
-  return out;
+  if (target == w.dtype() || !channels_last) return w.to(target);
+  return w.to(target, MemoryFormat::ChannelsLast);  // its gradient comes back contiguous
 }
 
 }  // namespace

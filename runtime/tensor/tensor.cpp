@@ -83,17 +83,24 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
-  Tensor out = Tensor::empty(shape(), target, device(), suggest_memory_format());  // preserves the format
+  return to(target, suggest_memory_format());  // preserves the format
+}
+
+Tensor Tensor::to(DType target, MemoryFormat format) const {
+  if (target == dtype()) return contiguous(format);
+  Tensor out = Tensor::empty(shape(), target, device(), format);
   device().backend().copy(*this, out);
   if (any_requires_grad({this}) && is_floating(target)) {
-    DType source = dtype();
-    record("to_dtype", out, {*this}, [source](const Tensor& g, const Node& node) {
-      // An autocast weight's gradient widened straight into its home (NOTE [ Gradient homes ]).
-      if (Tensor home = node.offered_home(0, g.shape(), source, g.device()); home.defined()) {
-        g.device().backend().copy(g, home);
-        return std::vector<Tensor>{home};
-      }
-      return std::vector<Tensor>{g.to(source)};
+    const DType source = dtype();
+    const MemoryFormat source_format = suggest_memory_format();
+    record("to_dtype", out, {*this}, [source, source_format](const Tensor& g, const Node& node) {
+      // An autocast weight's gradient widened straight into its home (NOTE [ Gradient homes ]),
+      // else into a tensor of the source's format (a channels-last cast of a contiguous weight
+      // gives the weight a contiguous gradient).
+      Tensor grad = node.offered_home(0, g.shape(), source, g.device());
+      if (!grad.defined()) grad = Tensor::empty(g.shape(), source, g.device(), source_format);
+      g.device().backend().copy(g, grad);
+      return std::vector<Tensor>{grad};
     });
   }
   return out;

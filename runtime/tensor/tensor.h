@@ -104,7 +104,10 @@ class Tensor {
   // already in that order (C = 1 or H = W = 1), else a differentiable copy.
   Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
-  Tensor to(DType dtype) const;
+  Tensor to(DType dtype) const;  // keeps the memory format
+  // Cast written in `format` (the same dtype: contiguous(format)); differentiable, and the
+  // gradient comes back in this tensor's own format.
+  Tensor to(DType dtype, MemoryFormat format) const;
   Tensor to(Device device) const;
   Tensor detach() const;  // shares storage, no autograd history
   // A view with these sizes and strides at the same offset, without autograd history: for
