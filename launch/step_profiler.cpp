@@ -24,7 +24,9 @@ StepProfiler::StepProfiler(Backend* device) : device_(device) {
 }
 
 void StepProfiler::add_host_time(Clock::time_point now) {
-  totals_[static_cast<size_t>(current_)] += std::chrono::duration<double>(now - started_).count();
+  const double seconds = std::chrono::duration<double>(now - started_).count();
+  if (current_ == Phase::Data) host_data_seconds_ += seconds;
+  if (!use_markers_ || host_timed(current_)) totals_[static_cast<size_t>(current_)] += seconds;
 }
 
 void StepProfiler::mark(Phase p) {
@@ -37,12 +39,8 @@ void StepProfiler::mark(Phase p) {
 
 void StepProfiler::begin(Phase p) {
   const Clock::time_point now = Clock::now();
-  if (!use_markers_) {
-    if (running_) add_host_time(now);
-  } else {
-    if (running_ && host_timed(current_)) add_host_time(now);
-    if (!host_timed(p)) mark(p);
-  }
+  if (running_) add_host_time(now);
+  if (use_markers_ && !host_timed(p)) mark(p);
   current_ = p;
   started_ = now;
   running_ = true;
@@ -50,7 +48,7 @@ void StepProfiler::begin(Phase p) {
 
 void StepProfiler::end() {
   if (!running_) return;
-  if (!use_markers_ || host_timed(current_)) add_host_time(Clock::now());
+  add_host_time(Clock::now());
   if (use_markers_ && !host_timed(current_)) mark(Phase::kCount);
   running_ = false;
 }
@@ -86,8 +84,13 @@ double StepProfiler::ms_per_step(Phase p) const {
   return n > 0 ? 1e3 * totals_[static_cast<size_t>(p)] / static_cast<double>(n) : 0.0;
 }
 
+double StepProfiler::host_data_ms_per_step() const {
+  return steps_ > 0 ? 1e3 * host_data_seconds_ / static_cast<double>(steps_) : 0.0;
+}
+
 void StepProfiler::reset() {
   totals_.fill(0.0);
+  host_data_seconds_ = 0.0;
   steps_ = device_steps_ = 0;
   running_ = false;
   pending_ = false;
@@ -100,11 +103,14 @@ std::string StepProfiler::summary() const {
   for (size_t i = 0; i < totals_.size(); ++i) {
     const Phase p = static_cast<Phase>(i);
     if ((p == Phase::Checkpoint || p == Phase::Graph) && totals_[i] == 0.0) continue;
-    std::snprintf(buf, sizeof buf, "%s%s %.2f ms", i ? " | " : "", phase_name(static_cast<Phase>(i)),
-                  ms_per_step(static_cast<Phase>(i)));
+    std::snprintf(buf, sizeof buf, "%s%s %.2f ms", i ? " | " : "", phase_name(p), ms_per_step(p));
     out += buf;
+    if (p == Phase::Data && use_markers_) {
+      std::snprintf(buf, sizeof buf, " (host %.2f)", host_data_ms_per_step());
+      out += buf;
+    }
   }
-  return out + (use_markers_ ? " per step (device time; data and checkpoint: host time)" : " per step");
+  return out + (use_markers_ ? " per step (device time; checkpoint: host time)" : " per step");
 }
 
 }  // namespace dp

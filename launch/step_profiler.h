@@ -4,13 +4,20 @@
 //
 // NOTE [ Step timing on a GPU ]
 // On the CPU every phase is host wall-clock. On a GPU the host only queues kernels, so host time
-// around a phase would measure queuing, not work: there the model phases are timed by markers
-// (CUDA events) recorded on the device's stream at each phase boundary, and read one step late —
-// at the end of step n the markers of step n−1 are read, by which time the device has usually
-// passed them, so reading costs no wait and adds no synchronisation inside a step. The data and
-// checkpoint phases stay host time (the host waiting for the loader, or writing a checkpoint, is
-// what stalls a GPU). flush() reads
-// the last step's markers (waiting for the device) before a summary.
+// around a phase would measure queuing, not work: there the phases are timed by markers (CUDA
+// events) recorded on the device's stream at each phase boundary, and read one step late — at
+// the end of step n the markers of step n−1 are read, by which time the device has usually
+// passed them, so reading costs no wait and adds no synchronisation inside a step.
+// The data phase too: its markers bracket the host's fetching of the batch (the loader's wait and
+// the upload's queueing) and the device's wait for the batch's copy. While the host runs ahead of
+// the device, the device meets both markers back to back and the data phase costs the step
+// nothing, however long the host took; when the host falls behind (a slow loader), the device
+// idles from the first marker to the second and that idle time is the data phase — the data
+// time the step pays, as "comm" is the communication time it pays (exposed). The host's own time
+// in the phase is kept beside it (host_data_ms_per_step: "data 0.00 ms (host 0.03)"), since it
+// shows how close the loader is to becoming exposed. Checkpoints stay host time: writing one
+// blocks the host, and whether the device had drained by then is not what its cost means.
+// flush() reads the last step's markers (waiting for the device) before a summary.
 #pragma once
 
 #include <array>
@@ -30,7 +37,7 @@ namespace dp {
 enum class Phase : uint8_t { Data, Forward, Backward, Comm, Optimizer, Graph, Checkpoint, kCount };
 const char* phase_name(Phase p);
 // Phases timed by the host's clock even on a GPU (NOTE [ Step timing on a GPU ]).
-inline bool host_timed(Phase p) { return p == Phase::Data || p == Phase::Checkpoint; }
+inline bool host_timed(Phase p) { return p == Phase::Checkpoint; }
 
 class StepProfiler {
  public:
@@ -49,11 +56,15 @@ class StepProfiler {
   // Reads the markers not read yet (waits for the device to pass them).
   void flush();
 
-  // Average milliseconds per step of phase p over the steps timed since reset().
+  // Average milliseconds per step of phase p over the steps timed since reset(): what the step
+  // paid for it (on a GPU: device time, NOTE [ Step timing on a GPU ]).
   double ms_per_step(Phase p) const;
+  // Average milliseconds per step the host spent in the data phase (on the CPU: ms_per_step(Data)).
+  double host_data_ms_per_step() const;
   int64_t steps() const { return steps_; }
   void reset();
-  // "data 0.12 ms | forward 3.10 ms | ... per step" (checkpoint only when some were written).
+  // "data 0.12 ms | forward 3.10 ms | ... per step" (checkpoint only when some were written; on a
+  // GPU the data phase shows the host's time beside it: "data 0.00 ms (host 0.03)").
   std::string summary() const;
   // True when the model phases are timed on the device's clock.
   bool device_timed() const { return use_markers_; }
@@ -71,6 +82,7 @@ class StepProfiler {
   Backend* device_ = nullptr;  // null: host time only
   bool use_markers_ = false;
   std::array<double, static_cast<size_t>(Phase::kCount)> totals_{};  // seconds
+  double host_data_seconds_ = 0.0;
   int64_t steps_ = 0;
   int64_t device_steps_ = 0;  // steps whose markers have been read
   bool running_ = false;

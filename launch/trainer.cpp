@@ -302,6 +302,8 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
       phases[phase_name(static_cast<Phase>(p))] = profiler.ms_per_step(static_cast<Phase>(p));
     nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", s.lr},
                           {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}};  // global
+    // On a GPU "data" is the device's wait for the batch; the host's time is this (NOTE [ Step timing on a GPU ]).
+    if (profiler.device_timed()) rec["data_host_ms"] = profiler.host_data_ms_per_step();
     if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", window_skipped}};
     if (comm.window_steps > 0 && !run.device.is_cpu())  // NCCL: only the exposed part is measured (device time)
       rec["comm"] = {{"exposed_ms", profiler.ms_per_step(Phase::Comm)}};
@@ -499,6 +501,8 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
                                                                                              : "completed";
     nlohmann::json rec = {{"event", "end"}, {"reason", reason}, {"steps", report.steps},
                           {"peak_rss_mib", report.peak_rss_mib}, {"model_digest", digest}};
+    // On a GPU "data" is the device's wait for the batch; the host's time is this (NOTE [ Step timing on a GPU ]).
+    if (profiler.device_timed()) rec["data_host_ms"] = profiler.host_data_ms_per_step();
     if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", report.skipped_steps}};
     if (shampoo)
       rec["shampoo"] = {{"root_computations", shampoo->root_computations()},
