@@ -22,7 +22,7 @@ GPU_DIR="$ROOT/bench/gpu"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-device}"
 BUNDLE="$BUILD_DIR/bundle.tar.xz"
 # Programs to build and carry (CMake targets).
-TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench bert_step_bench}"
+TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench bert_step_bench cudnn_fusion_probe}"
 CARRY_LIMIT_BYTES=$((64 * 1024 * 1024))         # the device tool carries 64 MiB in all
 DATASET_DIR="${DATASET_DIR:-/usr/share/datasets/fashion-mnist}"
 # Provided by the GPU machine, never carried (matched on the library file name).
@@ -360,12 +360,15 @@ test_on_device() {
 #   packing    dptrain configs/bert_tiny.yaml on the GPU in bf16: fixed batches, max_tokens, packed;
 #              sequences/s and padding waste of each (issue 13's packing-vs-not on a GPU)
 #   profile    ncu on one ResNet-50 b128 bf16 channels-last step, dptrain and PyTorch: time per kernel
-#   memcheck   compute-sanitizer --tool memcheck on OpHarness/CudaVsCpu.* (last: it gets what is left)
+#   memcheck   compute-sanitizer --tool memcheck on OpHarness/CudaVsCpu.*
+#   fusion     cudnn_fusion_probe: which cuDNN graph-API fusions of convolution + batch norm run on this
+#              GPU, timed against the plain convolutions (a measurement for issue 11; last: it gets
+#              what is left of the budget, and stops itself within it)
 # Exit: 0 all passed on a GPU; 1 a step failed; 3 no GPU was seen (nothing on a GPU was proven).
 PROVE_BUDGET_S="${PROVE_BUDGET_S:-555}"
 # The steps to run (all by default). A follow-up call in a session whose device time is short runs
 # a few: e.g. PROVE_STEPS="cuda_tests rn50 profile" after a kernel change. facts always runs.
-PROVE_ALL_STEPS="cuda_tests nccl_tests train nosync graphs shampoo bench rn50 bert packing profile memcheck"
+PROVE_ALL_STEPS="cuda_tests nccl_tests train nosync graphs shampoo bench rn50 bert packing profile memcheck fusion"
 PROVE_STEPS="${PROVE_STEPS:-$PROVE_ALL_STEPS}"
 STEP_LINES=()
 STEP_FAILED=0
@@ -863,6 +866,32 @@ memcheck_step() {
   fi
 }
 
+# Which convolution + batch-norm fusions cuDNN's graph API runs on this GPU, and how fast
+# (bench/gpu/cudnn_fusion_probe.cpp): a measurement for issue 11, not a check of dptrain. It passes
+# when the probe ran (exit 0: the plain convolutions ran and the fused results it could run match
+# the unfused ones), whatever cuDNN supports; the probe stops itself within the time it is given.
+fusion_step() {
+  local t0=$SECONDS rc=0 bin="$BUNDLE_ROOT/bin/cudnn_fusion_probe" log="$STAGE/fusion.log" lim
+  lim="$(limit_for 150)"
+  if [[ ! -x "$bin" ]]; then
+    echo "cudnn_fusion_probe is not in the bundle" >"$log"; rc=1
+  else
+    # FUSION_ARGS: more options for the probe, e.g. "--dtypes fp16 --only layer1" (word-split).
+    # shellcheck disable=SC2086
+    limited "$log" 150 "${CARRIED[@]}" "$bin" --budget-s "$((lim > 40 ? lim - 25 : 15))" ${FUSION_ARGS:-} || rc=$?
+  fi
+  sed -n '/^summary/,$p' "$log" >"$STAGE/fusion_table.txt"
+  grep -E '^  check ' "$log" >>"$STAGE/fusion_table.txt" || true
+  sed 's/^/   /' "$STAGE/fusion_table.txt" | head -40
+  local ran probed
+  ran="$(grep -cE ' ms  engine ' "$log" 2>/dev/null || true)"
+  probed="$(grep -cE '^  layer' "$log" 2>/dev/null || true)"
+  local note="graphs that ran: ${ran:-0} of ${probed:-0} probed (table in summary)"
+  if ((rc == 0)); then record fusion PASS $((SECONDS - t0)) "$note"
+  else record fusion "$(fail_verdict "$rc")" $((SECONDS - t0)) "$note; exit $rc: $(grep -v '^+ ' "$log" | tail -1 | cut -c1-200)"
+  fi
+}
+
 # Keeps a big log's head and tail (a file that comes back is at most 16 MiB).
 trim_log() {
   local f="$1" max=$((3 * 1024 * 1024))
@@ -945,6 +974,9 @@ prove() {
     echo
     echo "ResNet-50 b128 ${PROFILE_PRECISION:-bf16} channels-last, one step's kernels (ncu; both sides):"
     sed 's/^/  /' "$STAGE/profile_table.txt" 2>/dev/null || true
+    echo
+    echo "cuDNN graph-API fusions of convolution + batch norm (cudnn_fusion_probe; ResNet-50 shapes, b128, NHWC):"
+    sed 's/^/  /' "$STAGE/fusion_table.txt" 2>/dev/null || true
   } >"$summary"
   local f
   for f in "$STAGE"/*.log; do trim_log "$f"; done
