@@ -170,11 +170,19 @@ const ConvShape kShapes[] = {
 };
 
 enum Uid : int64_t {
-  kX = 1, kW, kY, kSum, kSqSum, kScale, kBias, kDY, kDW, kDX, kZ, kDZ,
+  kX = 1, kW, kY, kSum, kSqSum, kScale, kBias, kScaleLow, kBiasLow, kDY, kDW, kDX, kZ, kDZ,
   kVirtualBase = 100,  // intermediates
 };
-// The real tensors of a graph with the scale-bias-ReLU prologue and a statistics epilogue.
-const std::vector<int64_t> kSbrStats = {kX, kScale, kBias, kW, kY, kSum, kSqSum};
+
+// Two dtype recipes for the scale-bias-ReLU prologue, since an engine may take one and not the
+// other: scale, bias and the intermediates in float32 (what dptrain's batch norm keeps), or all in
+// the activations' dtype (cudnn-frontend's own genstats sample).
+enum class Sbr { kFloat32, kIoDtype };
+const char* sbr_name(Sbr v) { return v == Sbr::kFloat32 ? "float32 prologue" : "io-dtype prologue"; }
+int64_t scale_uid(Sbr v) { return v == Sbr::kFloat32 ? kScale : kScaleLow; }
+int64_t bias_uid(Sbr v) { return v == Sbr::kFloat32 ? kBias : kBiasLow; }
+// The real tensors of a graph with the prologue and a statistics epilogue.
+std::vector<int64_t> sbr_stats_uids(Sbr v) { return {kX, scale_uid(v), bias_uid(v), kW, kY, kSum, kSqSum}; }
 
 // The graphs' real tensors in device memory (none with --describe: no GPU is needed to build ops).
 struct Buffers {
@@ -226,6 +234,7 @@ struct GraphResult {
   bool described = false;   // --describe: only the ops were built
   bool skipped = false;     // --budget-s was spent before this graph
   bool fallback = false;    // the configurations came from the fallback list (mode A had none)
+  bool io_dtype_prologue = false;  // sbr graphs: ran with the io-dtype recipe (the float32 one did not)
   std::string why_not;      // when nothing ran
 };
 
@@ -562,6 +571,7 @@ std::string fmt_result(const GraphResult& r) {
   std::snprintf(line, sizeof line, "%8.3f ms  engine %3lld%s  %d/%d%s finalised  plans %.1f s", r.best_ms,
                 static_cast<long long>(r.engine), r.runtime_compiled ? " rtc" : "    ", r.finalized, r.offered,
                 r.fallback ? " (fallback list)" : "", r.plan_seconds);
+  if (r.io_dtype_prologue) return std::string(line) + "  (io-dtype prologue)";
   return line;
 }
 
@@ -672,6 +682,8 @@ int main(int argc, char** argv) {
         buf.alloc(kSqSum, per_k.numel() * 4);
         buf.alloc(kScale, per_c.numel() * 4);
         buf.alloc(kBias, per_c.numel() * 4);
+        buf.alloc(kScaleLow, per_c.numel() * 2);
+        buf.alloc(kBiasLow, per_c.numel() * 2);
         buf.alloc(kDY, y.numel() * 2);
         buf.alloc(kDW, w.numel() * 2);  // in the low dtype, widened afterwards as dptrain's autocast does
         buf.alloc(kDX, x.numel() * 2);
@@ -679,12 +691,22 @@ int main(int argc, char** argv) {
         buf.alloc(kDZ, x.numel() * 2);
         const std::vector<uint16_t> hx = random_low(x.numel(), -1.0f, 1.0f, low, rng);
         const std::vector<uint16_t> hw = random_low(w.numel(), -0.1f, 0.1f, low, rng);
-        const std::vector<float> hscale = random_float(per_c.numel(), 0.5f, 1.5f, rng);
-        const std::vector<float> hbias = random_float(per_c.numel(), -0.5f, 0.5f, rng);
+        // Scale and bias hold values the low dtype represents exactly, so both recipes apply the same ones.
+        std::vector<float> hscale = random_float(per_c.numel(), 0.5f, 1.5f, rng);
+        std::vector<float> hbias = random_float(per_c.numel(), -0.5f, 0.5f, rng);
+        std::vector<uint16_t> hscale_low(hscale.size()), hbias_low(hbias.size());
+        for (size_t c = 0; c < hscale.size(); ++c) {
+          hscale_low[c] = to_low(hscale[c], low);
+          hscale[c] = from_low(hscale_low[c], low);
+          hbias_low[c] = to_low(hbias[c], low);
+          hbias[c] = from_low(hbias_low[c], low);
+        }
         upload(buf, kX, hx);
         upload(buf, kW, hw);
         upload(buf, kScale, hscale);
         upload(buf, kBias, hbias);
+        upload(buf, kScaleLow, hscale_low);
+        upload(buf, kBiasLow, hbias_low);
         upload(buf, kDY, random_low(y.numel(), -1.0f, 1.0f, low, rng));
         upload(buf, kZ, random_low(x.numel(), -1.0f, 1.0f, low, rng));
 
@@ -692,7 +714,9 @@ int main(int argc, char** argv) {
         const Desc tX = tensor(kX, low, x, false, "X"), tW = tensor(kW, low, w, false, "W"),
                    tY = tensor(kY, low, y, false, "Y"), tSum = tensor(kSum, f32, per_k, false, "sum"),
                    tSq = tensor(kSqSum, f32, per_k, false, "sqsum"), tScale = tensor(kScale, f32, per_c, false, "scale"),
-                   tBias = tensor(kBias, f32, per_c, false, "bias"), tDY = tensor(kDY, low, y, false, "dY"),
+                   tBias = tensor(kBias, f32, per_c, false, "bias"),
+                   tScaleLow = tensor(kScaleLow, low, per_c, false, "scale (io dtype)"),
+                   tBiasLow = tensor(kBiasLow, low, per_c, false, "bias (io dtype)"), tDY = tensor(kDY, low, y, false, "dY"),
                    tDW = tensor(kDW, low, w, false, "dW"), tDX = tensor(kDX, low, x, false, "dX"),
                    tZ = tensor(kZ, low, x, false, "Z"), tDZ = tensor(kDZ, low, x, false, "dZ");
         const Desc conv = conv_desc(s);
@@ -725,13 +749,17 @@ int main(int argc, char** argv) {
           return r;
         };
 
-        // The prologue X' = relu(X*scale + bias), virtual intermediates in float32, X' in the low dtype.
-        auto prologue = [&](std::vector<Desc>& keep, int64_t first_uid) -> const Desc& {
-          keep.push_back(tensor(first_uid, f32, x, true, "X*scale"));
-          keep.push_back(tensor(first_uid + 1, f32, x, true, "X*scale+bias"));
+        // The prologue X' = relu(X*scale + bias): virtual intermediates, X' in the low dtype; ops at
+        // keep[first + 3 .. first + 5] where first is keep's size on entry.
+        auto prologue = [&](std::vector<Desc>& keep, int64_t first_uid, Sbr v) -> const Desc& {
+          const cudnnDataType_t mid = v == Sbr::kFloat32 ? f32 : low;
+          const Desc& scale = v == Sbr::kFloat32 ? tScale : tScaleLow;
+          const Desc& bias = v == Sbr::kFloat32 ? tBias : tBiasLow;
+          keep.push_back(tensor(first_uid, mid, x, true, "X*scale"));
+          keep.push_back(tensor(first_uid + 1, mid, x, true, "X*scale+bias"));
           keep.push_back(tensor(first_uid + 2, low, x, true, "X'"));
-          keep.push_back(pointwise_op(pw_mul, tX, &tScale, keep[keep.size() - 3]));
-          keep.push_back(pointwise_op(pw_add, keep[keep.size() - 4], &tBias, keep[keep.size() - 3]));
+          keep.push_back(pointwise_op(pw_mul, tX, &scale, keep[keep.size() - 3]));
+          keep.push_back(pointwise_op(pw_add, keep[keep.size() - 4], &bias, keep[keep.size() - 3]));
           keep.push_back(pointwise_op(pw_relu, keep[keep.size() - 4], nullptr, keep[keep.size() - 3]));
           return keep[keep.size() - 4];  // X'
         };
@@ -770,21 +798,47 @@ int main(int argc, char** argv) {
           return probe.run({&k[0], &k[red[0]], &k[red[1]], &k[red[2]]}, {kX, kW, kY, kSum, kSqSum}, buf,
                            tag + " fprop+colsum");
         });
-        GraphResult sbr_genstats = attempt("sbr+fprop+genstats", [&] {
+        // A graph with the prologue: the float32 recipe, then (when it did not run) the io-dtype one;
+        // without a GPU both are built.
+        auto attempt_sbr = [&](const std::string& graph, const std::function<GraphResult(Sbr)>& body) {
+          return attempt(graph, [&] {
+            GraphResult first;
+            try {
+              first = body(Sbr::kFloat32);
+            } catch (const ProbeError& e) {
+              if (describe) throw;
+              first.why_not = std::string("op refused: ") + e.what();
+            }
+            if (first.best_ms >= 0 || first.skipped || probe.out_of_time()) return first;
+            GraphResult second;
+            try {
+              second = body(Sbr::kIoDtype);
+            } catch (const ProbeError& e) {
+              if (describe) throw;
+              second.why_not = std::string("op refused: ") + e.what();
+            }
+            second.io_dtype_prologue = second.best_ms >= 0;
+            if (second.best_ms < 0 && !second.described)
+              second.why_not = std::string(sbr_name(Sbr::kFloat32)) + ": " + first.why_not + "; " +
+                               sbr_name(Sbr::kIoDtype) + ": " + second.why_not;
+            return second;
+          });
+        };
+        GraphResult sbr_genstats = attempt_sbr("sbr+fprop+genstats", [&](Sbr v) {
           std::vector<Desc> k;
           k.reserve(16);
-          const Desc& xp = prologue(k, kVirtualBase);
+          const Desc& xp = prologue(k, kVirtualBase, v);
           k.push_back(fprop_op(conv, xp, tW, tY));
           k.push_back(genstats_op(tY, tSum, tSq));
-          return probe.run(ops_of(k, {3, 4, 5, 6, 7}), kSbrStats, buf, tag + " sbr+fprop+genstats");
+          return probe.run(ops_of(k, {3, 4, 5, 6, 7}), sbr_stats_uids(v), buf, tag + " sbr+fprop+genstats");
         });
-        GraphResult sbr_colsum = attempt("sbr+fprop+colsum", [&] {
+        GraphResult sbr_colsum = attempt_sbr("sbr+fprop+colsum", [&](Sbr v) {
           std::vector<Desc> k;
           k.reserve(16);
-          const Desc& xp = prologue(k, kVirtualBase);
+          const Desc& xp = prologue(k, kVirtualBase, v);
           k.push_back(fprop_op(conv, xp, tW, tY));
           const auto red = colsum_ops(k);
-          return probe.run({&k[3], &k[4], &k[5], &k[6], &k[red[0]], &k[red[1]], &k[red[2]]}, kSbrStats, buf,
+          return probe.run({&k[3], &k[4], &k[5], &k[6], &k[red[0]], &k[red[1]], &k[red[2]]}, sbr_stats_uids(v), buf,
                            tag + " sbr+fprop+colsum");
         });
         attempt("wgrad", [&] {
@@ -792,12 +846,12 @@ int main(int argc, char** argv) {
           k.push_back(wgrad_op(conv, tX, tDY, tDW));
           return probe.run(ops_of(k, {0}), {kX, kDY, kDW}, buf, tag + " wgrad");
         });
-        attempt("sbr+wgrad", [&] {
+        attempt_sbr("sbr+wgrad", [&](Sbr v) {
           std::vector<Desc> k;
           k.reserve(16);
-          const Desc& xp = prologue(k, kVirtualBase);
+          const Desc& xp = prologue(k, kVirtualBase, v);
           k.push_back(wgrad_op(conv, xp, tDY, tDW));
-          return probe.run(ops_of(k, {3, 4, 5, 6}), {kX, kScale, kBias, kDY, kDW}, buf, tag + " sbr+wgrad");
+          return probe.run(ops_of(k, {3, 4, 5, 6}), {kX, scale_uid(v), bias_uid(v), kDY, kDW}, buf, tag + " sbr+wgrad");
         });
         attempt("dgrad", [&] {
           std::vector<Desc> k;
@@ -818,9 +872,10 @@ int main(int argc, char** argv) {
         if (!checked && (sbr_genstats.best_ms >= 0 || sbr_colsum.best_ms >= 0)) {
           checked = true;
           const bool genstats = sbr_genstats.best_ms >= 0;
+          const Sbr recipe = (genstats ? sbr_genstats : sbr_colsum).io_dtype_prologue ? Sbr::kIoDtype : Sbr::kFloat32;
           std::vector<Desc> k;
           k.reserve(16);
-          const Desc& xp = prologue(k, kVirtualBase);
+          const Desc& xp = prologue(k, kVirtualBase, recipe);
           k.push_back(fprop_op(conv, xp, tW, tY));
           std::vector<Desc*> ops = ops_of(k, {3, 4, 5, 6});
           if (genstats) {
@@ -830,7 +885,7 @@ int main(int argc, char** argv) {
             const auto red = colsum_ops(k);
             for (size_t i : red) ops.push_back(&k[i]);
           }
-          if (!probe.run_once(ops, kSbrStats, buf, tag + " check, fused")) throw std::runtime_error(tag + ": the check's fused run failed");
+          if (!probe.run_once(ops, sbr_stats_uids(recipe), buf, tag + " check, fused")) throw std::runtime_error(tag + ": the check's fused run failed");
           const std::vector<uint16_t> y_fused = download<uint16_t>(buf, kY, y.numel());
           const std::vector<float> sum = download<float>(buf, kSum, s.k), sq = download<float>(buf, kSqSum, s.k);
           std::vector<double> want_sum(s.k, 0.0), want_sq(s.k, 0.0);
@@ -845,11 +900,14 @@ int main(int argc, char** argv) {
             stat_err = std::max(stat_err, std::abs(sum[c] - want_sum[c]) / std::sqrt(scale_sum * y.n * oh * oh));
             stat_err = std::max(stat_err, std::abs(sq[c] - want_sq[c]) / std::max(1.0, want_sq[c]));
           }
-          // X' on the host, rounded to the low dtype as the prologue's output is.
+          // X' on the host, rounded to the low dtype as the prologue's output is (the io-dtype
+          // recipe also rounds X*scale and X*scale+bias).
+          auto round_mid = [&](float v) { return recipe == Sbr::kIoDtype ? from_low(to_low(v, low), low) : v; };
           std::vector<uint16_t> hxp(hx.size());
           for (size_t i = 0; i < hx.size(); ++i) {
             const size_t c = i % static_cast<size_t>(s.c);
-            hxp[i] = to_low(std::max(0.0f, from_low(hx[i], low) * hscale[c] + hbias[c]), low);
+            const float t = round_mid(round_mid(from_low(hx[i], low) * hscale[c]) + hbias[c]);
+            hxp[i] = to_low(std::max(0.0f, t), low);
           }
           upload(buf, kX, hxp);
           std::vector<Desc> plain;
@@ -868,9 +926,9 @@ int main(int argc, char** argv) {
           // One rounding of Y in the low dtype (bf16: 2^-8, fp16: 2^-11 relative), a few ulps of slack.
           const double y_tol = prec.dtype == CUDNN_DATA_BFLOAT16 ? 3e-2 : 4e-3;
           const bool ok = stat_err < 1e-3 && y_rel < y_tol;
-          std::printf("  check %s %s (%s): statistics vs the fused Y's sums: max error %.2e (< 1e-3); "
+          std::printf("  check %s %s (%s, %s): statistics vs the fused Y's sums: max error %.2e (< 1e-3); "
                       "fused prologue's Y vs plain conv of X': max |diff| / max |Y| = %.2e (< %.0e): %s\n",
-                      s.name, prec.name, genstats ? "genstats" : "colsum", stat_err, y_rel, y_tol, ok ? "ok" : "FAILED");
+                      s.name, prec.name, genstats ? "genstats" : "colsum", sbr_name(recipe), stat_err, y_rel, y_tol, ok ? "ok" : "FAILED");
           if (!ok) ++failures;
         }
       }
