@@ -501,8 +501,6 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
                                                                                              : "completed";
     nlohmann::json rec = {{"event", "end"}, {"reason", reason}, {"steps", report.steps},
                           {"peak_rss_mib", report.peak_rss_mib}, {"model_digest", digest}};
-    // On a GPU "data" is the device's wait for the batch; the host's time is this (NOTE [ Step timing on a GPU ]).
-    if (profiler.device_timed()) rec["data_host_ms"] = profiler.host_data_ms_per_step();
     if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", report.skipped_steps}};
     if (shampoo)
       rec["shampoo"] = {{"root_computations", shampoo->root_computations()},

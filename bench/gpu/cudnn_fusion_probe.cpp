@@ -248,7 +248,7 @@ class Probe {
   // Builds the graph from `ops` (whose non-virtual tensors are `uids`), then tries up to
   // max_configs of the heuristics' configurations.
   GraphResult run(const std::vector<Desc*>& ops, const std::vector<int64_t>& uids, Buffers& buf,
-                  const std::string& what) {
+                  const std::string& what, bool timed = true) {
     GraphResult r;
     if (handle_ == nullptr) {  // --describe: the ops were built and finalised; no graph without a GPU
       r.described = true;
@@ -293,7 +293,7 @@ class Probe {
             .finalize();
         r.plan_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++r.finalized;
-        const double ms = time_plan(plan, uids, buf, what);
+        const double ms = time_plan(plan, uids, buf, what, timed ? iters_ : 0);
         if (r.best_ms < 0 || ms < r.best_ms) {
           r.best_ms = ms;
           engine_facts(configs[i], what, r);
@@ -311,10 +311,7 @@ class Probe {
   // the checks; false when none runs.
   bool run_once(const std::vector<Desc*>& ops, const std::vector<int64_t>& uids, Buffers& buf,
                 const std::string& what) {
-    const int saved_iters = iters_;
-    iters_ = 0;  // time_plan with 0 iterations runs the plan once
-    const GraphResult r = run(ops, uids, buf, what);
-    iters_ = saved_iters;
+    const GraphResult r = run(ops, uids, buf, what, /*timed=*/false);
     CHECK_CUDA(cudaStreamSynchronize(stream_));
     return r.best_ms >= 0;
   }
@@ -343,7 +340,9 @@ class Probe {
     return configs;
   }
 
-  double time_plan(const Desc& plan, const std::vector<int64_t>& uids, Buffers& buf, const std::string& what) {
+  // Runs the plan once, then (iters > 0) times `iters` runs after 2 warm-up runs: the median ms.
+  double time_plan(const Desc& plan, const std::vector<int64_t>& uids, Buffers& buf, const std::string& what,
+                   int iters) {
     int64_t workspace_bytes = 0;
     int64_t got = 0;
     CHECK_CUDNN(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
@@ -363,13 +362,13 @@ class Probe {
         .finalize();
     CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute");
     CHECK_CUDA(cudaStreamSynchronize(stream_));
-    if (iters_ == 0) return 0.0;
+    if (iters == 0) return 0.0;
     for (int i = 0; i < 2; ++i) CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute");
     cudaEvent_t start, stop;
     CHECK_CUDA(cudaEventCreate(&start));
     CHECK_CUDA(cudaEventCreate(&stop));
     std::vector<float> times;
-    for (int i = 0; i < iters_; ++i) {
+    for (int i = 0; i < iters; ++i) {
       CHECK_CUDA(cudaEventRecord(start, stream_));
       CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute");
       CHECK_CUDA(cudaEventRecord(stop, stream_));
@@ -801,22 +800,21 @@ int main(int argc, char** argv) {
         // A graph with the prologue: the float32 recipe, then (when it did not run) the io-dtype one;
         // without a GPU both are built.
         auto attempt_sbr = [&](const std::string& graph, const std::function<GraphResult(Sbr)>& body) {
+          // One recipe; on a GPU an op cuDNN refuses is that recipe's result (without one, a failure).
+          auto recipe = [&](Sbr v) {
+            GraphResult r;
+            try {
+              r = body(v);
+            } catch (const ProbeError& e) {
+              if (describe) throw;
+              r.why_not = std::string("op refused: ") + e.what();
+            }
+            return r;
+          };
           return attempt(graph, [&] {
-            GraphResult first;
-            try {
-              first = body(Sbr::kFloat32);
-            } catch (const ProbeError& e) {
-              if (describe) throw;
-              first.why_not = std::string("op refused: ") + e.what();
-            }
+            const GraphResult first = recipe(Sbr::kFloat32);
             if (first.best_ms >= 0 || first.skipped || probe.out_of_time()) return first;
-            GraphResult second;
-            try {
-              second = body(Sbr::kIoDtype);
-            } catch (const ProbeError& e) {
-              if (describe) throw;
-              second.why_not = std::string("op refused: ") + e.what();
-            }
+            GraphResult second = recipe(Sbr::kIoDtype);
             second.io_dtype_prologue = second.best_ms >= 0;
             if (second.best_ms < 0 && !second.described)
               second.why_not = std::string(sbr_name(Sbr::kFloat32)) + ": " + first.why_not + "; " +
@@ -824,22 +822,28 @@ int main(int argc, char** argv) {
             return second;
           });
         };
-        GraphResult sbr_genstats = attempt_sbr("sbr+fprop+genstats", [&](Sbr v) {
-          std::vector<Desc> k;
+        // Prologue + forward convolution + a statistics epilogue (GenStats, or reduction ops): its ops
+        // (in `k`, which must not reallocate while they are used).
+        auto sbr_fprop_stats = [&](std::vector<Desc>& k, Sbr v, bool genstats) {
           k.reserve(16);
           const Desc& xp = prologue(k, kVirtualBase, v);
           k.push_back(fprop_op(conv, xp, tW, tY));
-          k.push_back(genstats_op(tY, tSum, tSq));
-          return probe.run(ops_of(k, {3, 4, 5, 6, 7}), sbr_stats_uids(v), buf, tag + " sbr+fprop+genstats");
+          std::vector<Desc*> ops = ops_of(k, {3, 4, 5, 6});
+          if (genstats) {
+            k.push_back(genstats_op(tY, tSum, tSq));
+            ops.push_back(&k.back());
+          } else {
+            for (size_t i : colsum_ops(k)) ops.push_back(&k[i]);
+          }
+          return ops;
+        };
+        GraphResult sbr_genstats = attempt_sbr("sbr+fprop+genstats", [&](Sbr v) {
+          std::vector<Desc> k;
+          return probe.run(sbr_fprop_stats(k, v, true), sbr_stats_uids(v), buf, tag + " sbr+fprop+genstats");
         });
         GraphResult sbr_colsum = attempt_sbr("sbr+fprop+colsum", [&](Sbr v) {
           std::vector<Desc> k;
-          k.reserve(16);
-          const Desc& xp = prologue(k, kVirtualBase, v);
-          k.push_back(fprop_op(conv, xp, tW, tY));
-          const auto red = colsum_ops(k);
-          return probe.run({&k[3], &k[4], &k[5], &k[6], &k[red[0]], &k[red[1]], &k[red[2]]}, sbr_stats_uids(v), buf,
-                           tag + " sbr+fprop+colsum");
+          return probe.run(sbr_fprop_stats(k, v, false), sbr_stats_uids(v), buf, tag + " sbr+fprop+colsum");
         });
         attempt("wgrad", [&] {
           std::vector<Desc> k;
@@ -874,18 +878,8 @@ int main(int argc, char** argv) {
           const bool genstats = sbr_genstats.best_ms >= 0;
           const Sbr recipe = (genstats ? sbr_genstats : sbr_colsum).io_dtype_prologue ? Sbr::kIoDtype : Sbr::kFloat32;
           std::vector<Desc> k;
-          k.reserve(16);
-          const Desc& xp = prologue(k, kVirtualBase, recipe);
-          k.push_back(fprop_op(conv, xp, tW, tY));
-          std::vector<Desc*> ops = ops_of(k, {3, 4, 5, 6});
-          if (genstats) {
-            k.push_back(genstats_op(tY, tSum, tSq));
-            ops.push_back(&k.back());
-          } else {
-            const auto red = colsum_ops(k);
-            for (size_t i : red) ops.push_back(&k[i]);
-          }
-          if (!probe.run_once(ops, sbr_stats_uids(recipe), buf, tag + " check, fused")) throw std::runtime_error(tag + ": the check's fused run failed");
+          if (!probe.run_once(sbr_fprop_stats(k, recipe, genstats), sbr_stats_uids(recipe), buf, tag + " check, fused"))
+            throw std::runtime_error(tag + ": the check's fused run failed");
           const std::vector<uint16_t> y_fused = download<uint16_t>(buf, kY, y.numel());
           const std::vector<float> sum = download<float>(buf, kSum, s.k), sq = download<float>(buf, kSqSum, s.k);
           std::vector<double> want_sum(s.k, 0.0), want_sq(s.k, 0.0);
