@@ -57,29 +57,13 @@
 #include <utility>
 #include <vector>
 
+#include "bench/gpu/probe_util.h"
+
 namespace {
 
-// ---- Errors ----------------------------------------------------------------------------------
-
-struct ProbeError : std::runtime_error {
-  cudnnStatus_t status;
-  ProbeError(const std::string& what, cudnnStatus_t s) : std::runtime_error(what), status(s) {}
-};
-
-void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(e));
-}
-#define CHECK_CUDA(call) check_cuda((call), #call)
-
-void check_cudnn(cudnnStatus_t s, const char* call, const std::string& context) {
-  if (s == CUDNN_STATUS_SUCCESS) return;
-  char last[512] = {0};
-  cudnnGetLastErrorString(last, sizeof last);
-  std::string what = context + ": " + call + " -> " + cudnnGetErrorString(s);
-  if (last[0]) what += std::string(" (") + last + ")";
-  throw ProbeError(what, s);
-}
-#define CHECK_CUDNN(call, context) check_cudnn((call), #call, (context))
+using probe::from_low;
+using probe::ProbeError;
+using probe::to_low;
 
 // ---- Backend descriptors -----------------------------------------------------------------------
 
@@ -206,22 +190,6 @@ struct Precision {
   const char* name;
   cudnnDataType_t dtype;
 };
-
-// float <-> the low dtype's bits, rounding to nearest even (cuda_fp16.h / cuda_bf16.h on the host).
-uint16_t to_low(float f, cudnnDataType_t dtype) {
-  if (dtype == CUDNN_DATA_HALF) return static_cast<__half_raw>(__float2half_rn(f)).x;
-  return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(f)).x;
-}
-float from_low(uint16_t bits, cudnnDataType_t dtype) {
-  if (dtype == CUDNN_DATA_HALF) {
-    __half_raw r;
-    r.x = bits;
-    return __half2float(__half(r));
-  }
-  __nv_bfloat16_raw r;
-  r.x = bits;
-  return __bfloat162float(__nv_bfloat16(r));
-}
 
 // ---- One operation graph: build, ask the heuristics, time the plans ---------------------------
 
@@ -360,27 +328,11 @@ class Probe {
         .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs.data(), static_cast<int64_t>(ptrs.size()))
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace)
         .finalize();
-    CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute");
+    auto execute = [&] { CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute"); };
+    execute();
     CHECK_CUDA(cudaStreamSynchronize(stream_));
     if (iters == 0) return 0.0;
-    for (int i = 0; i < 2; ++i) CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute");
-    cudaEvent_t start, stop;
-    CHECK_CUDA(cudaEventCreate(&start));
-    CHECK_CUDA(cudaEventCreate(&stop));
-    std::vector<float> times;
-    for (int i = 0; i < iters; ++i) {
-      CHECK_CUDA(cudaEventRecord(start, stream_));
-      CHECK_CUDNN(cudnnBackendExecute(handle_, plan.get(), pack.get()), what + " execute");
-      CHECK_CUDA(cudaEventRecord(stop, stream_));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-      times.push_back(ms);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    return times[times.size() / 2];
+    return probe::median_ms(stream_, /*warmup=*/2, iters, execute);
   }
 
   void engine_facts(const Desc& config, const std::string& what, GraphResult& r) {
@@ -585,21 +537,9 @@ int main(int argc, char** argv) {
   bool describe = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cudnn_fusion_probe: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return probe::option_value(argc, argv, i, "cudnn_fusion_probe"); };
     if (a == "--dtypes") {
-      dtypes.clear();
-      std::string list = value();
-      for (size_t p = 0; p <= list.size();) {
-        const size_t q = std::min(list.find(',', p), list.size());
-        dtypes.push_back(list.substr(p, q - p));
-        p = q + 1;
-      }
+      dtypes = probe::parse_dtypes(value(), "cudnn_fusion_probe");
     } else if (a == "--batch") {
       batch = std::atoll(value().c_str());
     } else if (a == "--configs") {
@@ -619,11 +559,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  for (const std::string& d : dtypes)
-    if (d != "fp16" && d != "bf16") {
-      std::fprintf(stderr, "cudnn_fusion_probe: --dtypes takes fp16 and bf16, got '%s'\n", d.c_str());
-      return 2;
-    }
   if (batch < 1 || max_configs < 1 || iters < 1 || budget_s <= 0) {
     std::fprintf(stderr, "cudnn_fusion_probe: --batch, --configs, --iters and --budget-s must be positive\n");
     return 2;

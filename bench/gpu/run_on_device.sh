@@ -22,7 +22,7 @@ GPU_DIR="$ROOT/bench/gpu"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-device}"
 BUNDLE="$BUILD_DIR/bundle.tar.xz"
 # Programs to build and carry (CMake targets).
-TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench bert_step_bench cudnn_fusion_probe}"
+TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench bert_step_bench batch_norm_probe cudnn_fusion_probe}"
 CARRY_LIMIT_BYTES=$((64 * 1024 * 1024))         # the device tool carries 64 MiB in all
 DATASET_DIR="${DATASET_DIR:-/usr/share/datasets/fashion-mnist}"
 # Provided by the GPU machine, never carried (matched on the library file name).
@@ -361,6 +361,9 @@ test_on_device() {
 #              sequences/s and padding waste of each (issue 13's packing-vs-not on a GPU)
 #   profile    ncu on one ResNet-50 b128 bf16 channels-last step, dptrain and PyTorch: time per kernel
 #   memcheck   compute-sanitizer --tool memcheck on OpHarness/CudaVsCpu.*
+#   bnorm      batch_norm_probe: dptrain's channels-last batch-norm kernels against cuDNN's persistent
+#              NHWC batch norm (the Ex API PyTorch uses for fp16) at ResNet-50's 16 batch-norm shapes,
+#              fp16 and bf16, with checks of cuDNN's results against dptrain's (issue 11's fp16 route)
 #   fusion     cudnn_fusion_probe: which cuDNN graph-API fusions of convolution + batch norm run on this
 #              GPU, timed against the plain convolutions (a measurement for issue 11; last: it gets
 #              what is left of the budget, and stops itself within it)
@@ -368,7 +371,7 @@ test_on_device() {
 PROVE_BUDGET_S="${PROVE_BUDGET_S:-555}"
 # The steps to run (all by default). A follow-up call in a session whose device time is short runs
 # a few: e.g. PROVE_STEPS="cuda_tests rn50 profile" after a kernel change. facts always runs.
-PROVE_ALL_STEPS="cuda_tests nccl_tests train nosync graphs shampoo bench rn50 bert packing profile memcheck fusion"
+PROVE_ALL_STEPS="cuda_tests nccl_tests train nosync graphs shampoo bench rn50 bert packing profile memcheck bnorm fusion"
 PROVE_STEPS="${PROVE_STEPS:-$PROVE_ALL_STEPS}"
 STEP_LINES=()
 STEP_FAILED=0
@@ -866,30 +869,58 @@ memcheck_step() {
   fi
 }
 
+# run_probe STEP PROGRAM CAP MARGIN EXTRA: runs a bundled probe with --budget-s MARGIN seconds
+# under its time limit (the probes stop themselves within it), output to $STAGE/STEP.log, EXTRA
+# word-split onto its options; returns its status.
+run_probe() {
+  local step="$1" program="$2" cap="$3" margin="$4" extra="$5" lim bin="$BUNDLE_ROOT/bin/$2"
+  lim="$(limit_for "$cap")"
+  if [[ ! -x "$bin" ]]; then
+    echo "$program is not in the bundle" >"$STAGE/$step.log"
+    return 1
+  fi
+  # shellcheck disable=SC2086
+  limited "$STAGE/$step.log" "$cap" "${CARRIED[@]}" "$bin" --budget-s "$((lim > margin + 15 ? lim - margin : 10))" $extra
+}
+
+# record_probe STEP T0 RC NOTE: a probe step's verdict (its last line when it failed).
+record_probe() {
+  local step="$1" t0="$2" rc="$3" note="$4"
+  if ((rc == 0)); then record "$step" PASS $((SECONDS - t0)) "$note"
+  else record "$step" "$(fail_verdict "$rc")" $((SECONDS - t0)) "$note; exit $rc: $(grep -v '^+ ' "$STAGE/$step.log" | tail -1 | cut -c1-200)"
+  fi
+}
+
+# dptrain's batch-norm kernels against cuDNN's persistent batch norm at ResNet-50's shapes
+# (bench/gpu/batch_norm_probe.cpp): a measurement for issue 11, which also checks that cuDNN's
+# results agree with dptrain's. Passes when the probe ran and every check agreed, whatever cuDNN
+# supports (a refused layer is a result). BNORM_ARGS: more options, e.g. "--dtypes fp16 --iters 50".
+bnorm_step() {
+  local t0=$SECONDS rc=0 log="$STAGE/bnorm.log"
+  run_probe bnorm batch_norm_probe 90 20 "${BNORM_ARGS:-}" || rc=$?
+  grep -vE '^\+ |^batch_norm_probe: done' "$log" >"$STAGE/bnorm_table.txt"
+  sed -n '/^summary/,$p' "$log" | sed 's/^/   /' | head -6
+  local agreed refused
+  agreed="$(grep -c ': agree$' "$log" 2>/dev/null || true)"
+  refused="$(grep -c 'refused (below)' "$log" 2>/dev/null || true)"
+  record_probe bnorm "$t0" "$rc" "checks agreed: ${agreed:-0}; layers cuDNN refused: ${refused:-0} (table in summary)"
+}
+
 # Which convolution + batch-norm fusions cuDNN's graph API runs on this GPU, and how fast
 # (bench/gpu/cudnn_fusion_probe.cpp): a measurement for issue 11, not a check of dptrain. It passes
 # when the probe ran (exit 0: the plain convolutions ran and the fused results it could run match
-# the unfused ones), whatever cuDNN supports; the probe stops itself within the time it is given.
+# the unfused ones), whatever cuDNN supports. FUSION_ARGS: more options, e.g. "--dtypes fp16
+# --only layer1".
 fusion_step() {
-  local t0=$SECONDS rc=0 bin="$BUNDLE_ROOT/bin/cudnn_fusion_probe" log="$STAGE/fusion.log" lim
-  lim="$(limit_for 150)"
-  if [[ ! -x "$bin" ]]; then
-    echo "cudnn_fusion_probe is not in the bundle" >"$log"; rc=1
-  else
-    # FUSION_ARGS: more options for the probe, e.g. "--dtypes fp16 --only layer1" (word-split).
-    # shellcheck disable=SC2086
-    limited "$log" 150 "${CARRIED[@]}" "$bin" --budget-s "$((lim > 40 ? lim - 25 : 15))" ${FUSION_ARGS:-} || rc=$?
-  fi
+  local t0=$SECONDS rc=0 log="$STAGE/fusion.log"
+  run_probe fusion cudnn_fusion_probe 150 25 "${FUSION_ARGS:-}" || rc=$?
   sed -n '/^summary/,$p' "$log" >"$STAGE/fusion_table.txt"
   grep -E '^  check ' "$log" >>"$STAGE/fusion_table.txt" || true
   sed 's/^/   /' "$STAGE/fusion_table.txt" | head -40
   local ran probed
   ran="$(grep -cE ' ms  engine ' "$log" 2>/dev/null || true)"
   probed="$(grep -cE '^  layer' "$log" 2>/dev/null || true)"
-  local note="graphs that ran: ${ran:-0} of ${probed:-0} probed (table in summary)"
-  if ((rc == 0)); then record fusion PASS $((SECONDS - t0)) "$note"
-  else record fusion "$(fail_verdict "$rc")" $((SECONDS - t0)) "$note; exit $rc: $(grep -v '^+ ' "$log" | tail -1 | cut -c1-200)"
-  fi
+  record_probe fusion "$t0" "$rc" "graphs that ran: ${ran:-0} of ${probed:-0} probed (table in summary)"
 }
 
 # Keeps a big log's head and tail (a file that comes back is at most 16 MiB).
@@ -974,6 +1005,9 @@ prove() {
     echo
     echo "ResNet-50 b128 ${PROFILE_PRECISION:-bf16} channels-last, one step's kernels (ncu; both sides):"
     sed 's/^/  /' "$STAGE/profile_table.txt" 2>/dev/null || true
+    echo
+    echo "ResNet-50's batch norms, dptrain's kernels vs cuDNN's persistent mode (batch_norm_probe; b128, NHWC):"
+    sed 's/^/  /' "$STAGE/bnorm_table.txt" 2>/dev/null || true
     echo
     echo "cuDNN graph-API fusions of convolution + batch norm (cudnn_fusion_probe; ResNet-50 shapes, b128, NHWC):"
     sed 's/^/  /' "$STAGE/fusion_table.txt" 2>/dev/null || true

@@ -44,6 +44,10 @@ constexpr int kLnWarpMaxN = 1024;       // layer norm: one warp per row up to th
 constexpr int kColTile = 32;            // layer norm dweight/dbias: columns per block
 constexpr int kRowLanes = kBlock / kColTile;  // rows walked in parallel per block
 constexpr int64_t kMinRowsPerSplit = 32;
+// Batch norm's column reductions (S = 1): splits of at least this many rows, and about
+// kTargetBlocks blocks of this many channels (bn_splits).
+constexpr int64_t kMinRowsPerColumnSplit = 128;
+constexpr int64_t kColumnBlockChannels = 256;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -143,70 +147,131 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-template <typename A>
-struct TermPair {
-  A first, second;
-};
+// S = 1: partial [C, splits, 2] as the run kernels write it, from x viewed as [R, C] with
+// C = Cv·V (V channels a thread, one 16-byte load when V = kVec<T>). Grid (ceil(Cv / W), splits),
+// block kBlock = W unit columns × L = kBlock / W row lanes (W = bn_column_width(Cv), a power of
+// two, so narrow layers do not leave threads idle). Lane l walks rows begin + l, begin + l + L, ...
+// of its split, kColumnUnroll rows' loads issued before their sums: one scalar load in flight per
+// thread left the forward statistics of ResNet-50's batch norms at about a sixth of an H200's
+// bandwidth (call 5: 2.15 ms a step for one read of the activations). Each thread adds its rows
+// in order and the block adds its lanes' sums as a fixed tree, so the result does not depend on
+// timing (deterministic).
+constexpr int kColumnUnroll = 4;
 
-// S = 1: partial [C, splits, 2] as the run kernels write it, from a [N, C] input. Grid
-// (ceil(C / kColTile), splits), block kBlock = kColTile columns × kRowLanes row lanes; each lane
-// adds terms.at(r, c, k) for rows r of its split (k = terms.column(c), read once), and the block
-// adds its lanes' sums in a fixed order (deterministic).
-template <typename A, typename Terms>
-__global__ void __launch_bounds__(kBlock)
-    bn_columns_kernel(Terms terms, A* __restrict__ partial, int64_t N, int64_t C) {
-  __shared__ A tile[2][kRowLanes][kColTile];
-  const int col = threadIdx.x % kColTile, lane = threadIdx.x / kColTile;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + col;
-  const int64_t k = blockIdx.y, splits = gridDim.y;
-  const int64_t begin = N * k / splits, end = N * (k + 1) / splits;
-  A first = 0, second = 0;
-  if (c < C) {
-    const A constant = terms.column(c);
-    for (int64_t r = begin + lane; r < end; r += kRowLanes) {
-      const auto t = terms.at(r, c, constant);
-      first += t.first;
-      second += t.second;
-    }
+// Rows r, r + step, ... below end, kColumnUnroll at a time: load(i, row) for each row of a group
+// (i its slot, a constant once unrolled), then finish(i, row) for each; the last rows one by one
+// (slot 0). The callers keep each slot's values in registers between the two.
+template <typename Load, typename Finish>
+__device__ __forceinline__ void walk_rows(int64_t r, int64_t end, int64_t step, Load&& load, Finish&& finish) {
+  for (; r + (kColumnUnroll - 1) * step < end; r += kColumnUnroll * step) {
+#pragma unroll
+    for (int i = 0; i < kColumnUnroll; ++i) load(i, r + i * step);
+#pragma unroll
+    for (int i = 0; i < kColumnUnroll; ++i) finish(i, r + i * step);
   }
-  tile[0][lane][col] = first;
-  tile[1][lane][col] = second;
-  __syncthreads();
-  if (lane == 0 && c < C) {
-    for (int l = 1; l < kRowLanes; ++l) {
-      first += tile[0][l][col];
-      second += tile[1][l][col];
-    }
-    partial[(c * splits + k) * 2] = first;
-    partial[(c * splits + k) * 2 + 1] = second;
+  for (; r < end; r += step) {
+    load(0, r);
+    finish(0, r);
   }
 }
 
-// Σ(x − K) and Σ(x − K)² with K = x[0, c] (bn_stats_partial_kernel's shifted moments).
-template <typename T>
+template <typename A, int V, typename Terms>
+__global__ void __launch_bounds__(kBlock)
+    bn_columns_kernel(Terms terms, A* __restrict__ partial, int64_t R, int64_t Cv, int W) {
+  __shared__ A tile[2 * V][kBlock];
+  const int col = threadIdx.x % W, lane = threadIdx.x / W, L = kBlock / W;
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * W + col;
+  const int64_t k = blockIdx.y, splits = gridDim.y;
+  const int64_t begin = R * k / splits, end = R * (k + 1) / splits;
+  A first[V], second[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) first[e] = second[e] = A(0);
+  if (u < Cv) {
+    A constant[V];
+    terms.constants(u, constant);
+    typename Terms::Row rows[kColumnUnroll];
+    walk_rows(
+        begin + lane, end, L, [&](int i, int64_t r) { terms.load(r, u, rows[i]); },
+        [&](int i, int64_t) { terms.add(rows[i], constant, first, second); });
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    tile[e][threadIdx.x] = first[e];
+    tile[V + e][threadIdx.x] = second[e];
+  }
+  __syncthreads();
+  // Thread lane·W + col adds lane + stride's sums of its column: a fixed tree over the L lanes.
+  for (int stride = L / 2; stride > 0; stride /= 2) {
+    if (lane < stride) {
+#pragma unroll
+      for (int j = 0; j < 2 * V; ++j) tile[j][threadIdx.x] += tile[j][threadIdx.x + stride * W];
+    }
+    __syncthreads();
+  }
+  if (lane == 0 && u < Cv) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const int64_t c = u * V + e;
+      partial[(c * splits + k) * 2] = tile[e][col];
+      partial[(c * splits + k) * 2 + 1] = tile[V + e][col];
+    }
+  }
+}
+
+// Σ(x − K) and Σ(x − K)² with K = x[0, c] (bn_stats_partial_kernel's shifted moments); x [R, Cv·V].
+template <typename T, int V>
 struct MomentTerms {
   using A = acc_t<T>;
+  struct Row {
+    T x[V];
+  };
   const T* __restrict__ x;
-  int64_t C;
-  __device__ __forceinline__ A column(int64_t c) const { return convert<A>(x[c]); }
-  __device__ __forceinline__ TermPair<A> at(int64_t r, int64_t c, A shift) const {
-    const A d = convert<A>(x[r * C + c]) - shift;
-    return {d, d * d};
+  int64_t Cv;
+  __device__ __forceinline__ void constants(int64_t u, A (&shift)[V]) const {
+    T v[V];
+    load_units<T, V>(x + u * V, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) shift[e] = convert<A>(v[e]);
+  }
+  __device__ __forceinline__ void load(int64_t r, int64_t u, Row& row) const {
+    load_units<T, V>(x + (r * Cv + u) * V, row.x);
+  }
+  __device__ __forceinline__ void add(const Row& row, const A (&shift)[V], A (&sum)[V], A (&sum_sq)[V]) const {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A d = convert<A>(row.x[e]) - shift[e];
+      sum[e] += d;
+      sum_sq[e] += d * d;
+    }
   }
 };
 
-// Σ dy and Σ dy·(x − mean) (bn_grad_partial_kernel's sums).
-template <typename T, typename P>
+// Σ dy and Σ dy·(x − mean) (bn_grad_partial_kernel's sums); dy, x [R, Cv·V], mean [Cv·V].
+template <typename T, typename P, int V>
 struct GradTerms {
   using A = acc_t<T>;
+  struct Row {
+    T dy[V], x[V];
+  };
   const T* __restrict__ dy;
   const T* __restrict__ x;
   const P* __restrict__ mean;
-  int64_t C;
-  __device__ __forceinline__ A column(int64_t c) const { return convert<A>(mean[c]); }
-  __device__ __forceinline__ TermPair<A> at(int64_t r, int64_t c, A m) const {
-    const A g = convert<A>(dy[r * C + c]);
-    return {g, g * (convert<A>(x[r * C + c]) - m)};
+  int64_t Cv;
+  __device__ __forceinline__ void constants(int64_t u, A (&m)[V]) const {
+#pragma unroll
+    for (int e = 0; e < V; ++e) m[e] = convert<A>(mean[u * V + e]);
+  }
+  __device__ __forceinline__ void load(int64_t r, int64_t u, Row& row) const {
+    load_units<T, V>(dy + (r * Cv + u) * V, row.dy);
+    load_units<T, V>(x + (r * Cv + u) * V, row.x);
+  }
+  __device__ __forceinline__ void add(const Row& row, const A (&m)[V], A (&sum_dy)[V], A (&sum_dy_xc)[V]) const {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A g = convert<A>(row.dy[e]);
+      sum_dy[e] += g;
+      sum_dy_xc[e] += g * (convert<A>(row.x[e]) - m[e]);
+    }
   }
 };
 
@@ -263,13 +328,11 @@ __global__ void bn_forward_finalize_kernel(const T* __restrict__ x, const acc_t<
   }
 }
 
-// The forward's epilogue on one unit: v += residual (when given), then relu (when asked; NaN → 0
-// as ReluFn in pointwise.cu). In acc_t: the sum is rounded once, into y.
+// The forward's epilogue on one unit: v += the residual's values r (when has_residual), then
+// relu (when asked; NaN → 0 as ReluFn in pointwise.cu). In acc_t: the sum is rounded once, into y.
 template <typename T, int V, typename A>
-__device__ __forceinline__ void bn_epilogue(A (&v)[V], const T* __restrict__ residual, int64_t off, bool relu) {
-  if (residual) {
-    T r[V];
-    load_units<T, V>(residual + off, r);
+__device__ __forceinline__ void bn_epilogue(A (&v)[V], const T (&r)[V], bool has_residual, bool relu) {
+  if (has_residual) {
 #pragma unroll
     for (int e = 0; e < V; ++e) v[e] += convert<A>(r[e]);
   }
@@ -300,7 +363,9 @@ __global__ void __launch_bounds__(kBlock)
     load_units<T, V>(x + i * V, v);
 #pragma unroll
     for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[e]) - mean) * scale + shift;
-    bn_epilogue<T, V>(a, residual, i * V, relu);
+    T r[V];
+    if (residual) load_units<T, V>(residual + i * V, r);
+    bn_epilogue<T, V>(a, r, residual != nullptr, relu);
 #pragma unroll
     for (int e = 0; e < V; ++e) v[e] = convert<T>(a[e]);
     store_units<T, V>(y + i * V, v);
@@ -315,12 +380,14 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// S = 1 (channels-last, or [N, C]): x, y, residual [R, C] with C = Cv·V; y = epilogue(bn(x)). The launch runs `threads` threads,
-// a multiple of Cv, so thread t owns unit column u = t % Cv for its whole life: it reads its V
-// channels' coefficients once and walks rows r = t / Cv, t / Cv + threads / Cv, ... The generic
-// kernel, walking [N, C, 1] with a channel per element, reads the coefficients for every element
-// and cannot vectorise (S = 1): it ran ResNet-50's channels-last batch norm at a third of the
-// memory bandwidth.
+// S = 1 (channels-last, or [N, C]): x, y, residual [R, C] with C = Cv·V; y = epilogue(bn(x)).
+// The launch runs `threads` threads, a multiple of Cv, so thread t owns unit column u = t % Cv
+// for its whole life: it reads its V channels' coefficients once and walks rows r = t / Cv,
+// t / Cv + threads / Cv, ..., kColumnUnroll rows' loads issued before their stores (one load in
+// flight per thread held these kernels to about 40 % of an H200's bandwidth in call 5). The
+// generic kernel, walking [N, C, 1] with a channel per element, reads the coefficients for every
+// element and cannot vectorise (S = 1): it ran ResNet-50's channels-last batch norm at a third
+// of the memory bandwidth.
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_apply_columns_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restrict__ coef,
@@ -337,22 +404,27 @@ __global__ void __launch_bounds__(kBlock)
     scale[e] = coef[c * 4 + 1];
     shift[e] = coef[c * 4 + 2];
   }
-  for (int64_t r = t / Cv; r < R; r += row_step) {
-    const int64_t off = (r * Cv + u) * V;
-    T v[V];
-    A a[V];
-    load_units<T, V>(x + off, v);
+  T v[kColumnUnroll][V], res[kColumnUnroll][V];
+  walk_rows(
+      t / Cv, R, row_step,
+      [&](int i, int64_t r) {
+        load_units<T, V>(x + (r * Cv + u) * V, v[i]);
+        if (residual) load_units<T, V>(residual + (r * Cv + u) * V, res[i]);
+      },
+      [&](int i, int64_t r) {
+        A a[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[e]) - mean[e]) * scale[e] + shift[e];
-    bn_epilogue<T, V>(a, residual, off, relu);
+        for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[i][e]) - mean[e]) * scale[e] + shift[e];
+        bn_epilogue<T, V>(a, res[i], residual != nullptr, relu);
+        T out[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = convert<T>(a[e]);
-    store_units<T, V>(y + off, v);
-  }
+        for (int e = 0; e < V; ++e) out[e] = convert<T>(a[e]);
+        store_units<T, V>(y + (r * Cv + u) * V, out);
+      });
 }
 
 // dy, x, dx [R, C] with C = Cv·V; coef [C, 4] (a, mean_dy, k, mean): bn_dx_kernel's formula with
-// bn_apply_columns_kernel's walk.
+// bn_apply_columns_kernel's walk and unrolling.
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_dx_columns_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
@@ -370,22 +442,23 @@ __global__ void __launch_bounds__(kBlock)
     k[e] = coef[c * 4 + 2];
     mean[e] = coef[c * 4 + 3];
   }
-  for (int64_t r = t / Cv; r < R; r += row_step) {
-    const int64_t off = (r * Cv + u) * V;
-    T g[V];
-    load_units<T, V>(dy + off, g);
-    if (training) {
-      T xv[V];
-      load_units<T, V>(x + off, xv);
+  T g[kColumnUnroll][V], xv[kColumnUnroll][V];
+  walk_rows(
+      t / Cv, R, row_step,
+      [&](int i, int64_t r) {
+        load_units<T, V>(dy + (r * Cv + u) * V, g[i]);
+        if (training) load_units<T, V>(x + (r * Cv + u) * V, xv[i]);
+      },
+      [&](int i, int64_t r) {
+        T out[V];
 #pragma unroll
-      for (int e = 0; e < V; ++e)
-        g[e] = convert<T>(a[e] * (convert<A>(g[e]) - mean_dy[e] - (convert<A>(xv[e]) - mean[e]) * k[e]));
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) g[e] = convert<T>(a[e] * convert<A>(g[e]));
-    }
-    store_units<T, V>(dx + off, g);
-  }
+        for (int e = 0; e < V; ++e) {
+          const A ge = convert<A>(g[i][e]);
+          const A d = training ? ge - mean_dy[e] - (convert<A>(xv[i][e]) - mean[e]) * k[e] : ge;
+          out[e] = convert<T>(a[e] * d);
+        }
+        store_units<T, V>(dx + (r * Cv + u) * V, out);
+      });
 }
 
 // dy, x [N, C, S] with S = Sv·V; save_mean [C]; partial [C, splits, 2]: Σ dy and
@@ -698,10 +771,14 @@ size_t acc_size(DType dtype) { return dtype == DType::Float64 ? sizeof(double) :
 // Splits per channel for the batch-norm reductions (grid (C, splits)); the same for both
 // launchers and batch_norm_workspace_bytes.
 int64_t bn_splits(const BatchNormShape& s) {
-  if (s.S == 1) {  // column kernels: about kTargetBlocks blocks of kColTile channels
-    const int64_t col_blocks = std::max<int64_t>(1, ceil_div(s.C, kColTile));
-    const int64_t by_rows = ceil_div(s.N, kMinRowsPerSplit * kRowLanes);
-    return std::max<int64_t>(1, std::min(by_rows, ceil_div(kTargetBlocks, col_blocks)));
+  if (s.S == 1) {
+    // Column kernels: about kTargetBlocks blocks as wide as a vectorised bfloat16 block (32 units
+    // of 8 channels), each split at least kMinRowsPerColumnSplit rows. From N and C alone: the
+    // workspace is sized before the launch knows whether its operands vectorise (narrower blocks
+    // then just make more of them).
+    const int64_t by_rows = ceil_div(s.N, kMinRowsPerColumnSplit);
+    const int64_t by_blocks = ceil_div(kTargetBlocks, ceil_div(s.C, kColumnBlockChannels));
+    return std::max<int64_t>(1, std::min(by_rows, by_blocks));
   }
   const int64_t per_channel = s.N * s.S;
   const int64_t by_work = ceil_div(per_channel, kBnMinUnitsPerBlock);
@@ -726,6 +803,31 @@ bool bn_vectorizable(int64_t S, std::initializer_list<const void*> ptrs) {
   for (const void* p : ptrs)
     if (p && !aligned16(p)) return false;
   return true;
+}
+
+// Unit columns per block of bn_columns_kernel: Cv rounded up to a power of two, at most 32 (the
+// rest of the block's 256 threads are row lanes).
+int bn_column_width(int64_t Cv) {
+  int w = 1;
+  while (w < 32 && w < Cv) w *= 2;
+  return w;
+}
+
+// bn_columns_kernel over the terms make(integral_constant<int, V>, Cv) returns (MomentTerms or
+// GradTerms), with V = kVec<T> channels a thread when `vectorize`, else one.
+template <typename T, typename Make>
+void launch_bn_columns(bool vectorize, const BatchNormShape& s, int64_t splits, acc_t<T>* partial, Make make,
+                       cudaStream_t stream) {
+  auto launch = [&](auto v_tag) {
+    constexpr int V = decltype(v_tag)::value;
+    const int64_t Cv = s.C / V;
+    const int W = bn_column_width(Cv);
+    const dim3 grid(static_cast<unsigned>(ceil_div(Cv, W)), static_cast<unsigned>(splits));
+    bn_columns_kernel<acc_t<T>, V><<<grid, kBlock, 0, stream>>>(make(std::integral_constant<int, V>{}, Cv),
+                                                                 partial, s.N, Cv, W);
+  };
+  if (vectorize) launch(std::integral_constant<int, kVec<T>>{});
+  else launch(std::integral_constant<int, 1>{});
 }
 
 // Threads for the S = 1 column kernels over [R, Cv] units: one each up to about one wave of the
@@ -784,8 +886,9 @@ cudaError_t launch_batch_norm_forward(const BatchNormForwardArgs& args, DType dt
     A* coef = partial + ws.partial_elems;
     const bool vec = bn_vectorizable<T>(S, {args.x, args.y});
     if (training && S == 1) {
-      const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(ws.splits));
-      bn_columns_kernel<A><<<grid, kBlock, 0, stream>>>(MomentTerms<T>{x, C}, partial, N, C);
+      launch_bn_columns<T>(
+          bn_vectorizable<T>(C, {args.x}), shape, ws.splits, partial,
+          [&](auto v_tag, int64_t Cv) { return MomentTerms<T, decltype(v_tag)::value>{x, Cv}; }, stream);
     } else if (training) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
       if (vec) bn_stats_partial_kernel<T, kVec<T>><<<grid, kBlock, 0, stream>>>(x, partial, N, C, S / kVec<T>);
@@ -838,8 +941,10 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
     A* partial = static_cast<A*>(workspace);
     A* coef = partial + ws.partial_elems;
     if (need_sums && S == 1) {
-      const dim3 grid(static_cast<unsigned>(ceil_div(C, kColTile)), static_cast<unsigned>(ws.splits));
-      bn_columns_kernel<A><<<grid, kBlock, 0, stream>>>(GradTerms<T, P>{dy, x, save_mean, C}, partial, N, C);
+      launch_bn_columns<T>(
+          bn_vectorizable<T>(C, {args.dy, args.x}), shape, ws.splits, partial,
+          [&](auto v_tag, int64_t Cv) { return GradTerms<T, P, decltype(v_tag)::value>{dy, x, save_mean, Cv}; },
+          stream);
     } else if (need_sums) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
       if (bn_vectorizable<T>(S, {args.dy, args.x}))

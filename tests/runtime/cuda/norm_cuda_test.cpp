@@ -394,6 +394,27 @@ TEST_F(NormCudaTest, BatchNormEpilogueMatchesCpu) {
         }
 }
 
+// The column kernels' unrolled walks (kColumnUnroll rows' loads before their sums or stores,
+// then a remainder). ResNet's layer1 width, 64 channels, over 133056 rows: the apply and dx
+// kernels' threads (2^18 units, rows 2^15 apart for 16-bit types) walk 4 or 5 rows — one
+// unrolled group, some a remainder row — and 2^14 apart for float32, two groups and a remainder;
+// the statistics' lanes walk 4 or 5 rows (16-bit) or 8 or 9 (float32). And C = 264 (33 vector
+// columns: a block 32 columns wide and a second one mostly empty). Forward with the epilogue,
+// then forward and backward without it (the backward has no epilogue); every dtype, training
+// and eval.
+TEST_F(NormCudaTest, BatchNormChannelsLastUnrolledColumnWalks) {
+  for (DType dtype : kFloatDtypes)
+    for (const Shape& shape : {Shape{33, 64, 64, 63}, Shape{5, 264, 7, 9}})
+      for (bool training : {true, false}) {
+        const std::string name = name_of(dtype, shape) + (training ? " training" : " eval");
+        BnCase fused = autocast_case(shape, dtype, training, /*channels_last=*/true);
+        fused.residual = fused.relu = true;
+        fused.want_dx = fused.want_dweight = fused.want_dbias = false;
+        check_batch_norm(fused, name + " +residual relu");
+        check_batch_norm(autocast_case(shape, dtype, training, /*channels_last=*/true), name);
+      }
+}
+
 // The own kernels' sums are a fixed-order two-stage reduction: the same bits every run.
 TEST_F(NormCudaTest, BatchNormOwnReductionsAreRepeatable) {
   const Shape shape{32, 7, 33};
