@@ -38,7 +38,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,8 +47,8 @@
 
 namespace {
 
+using probe::download;
 using probe::from_low;
-using probe::ProbeError;
 using probe::to_low;
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // cuDNN's legacy batch-norm API is the subject
@@ -156,13 +155,6 @@ struct DeviceBuffer {
     return static_cast<T*>(p);
   }
 };
-
-template <class T>
-std::vector<T> download(const void* p, int64_t n) {
-  std::vector<T> host(static_cast<size_t>(n));
-  CHECK_CUDA(cudaMemcpy(host.data(), p, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
 
 // Uniform values in [lo, hi) as the low dtype's bits: a fast counter hash (hundreds of millions of
 // values per run; the distribution's quality does not matter here).

@@ -506,9 +506,7 @@ void upload(Buffers& buf, int64_t uid, const std::vector<T>& host) {
 }
 template <class T>
 std::vector<T> download(Buffers& buf, int64_t uid, int64_t n) {
-  std::vector<T> host(static_cast<size_t>(n));
-  CHECK_CUDA(cudaMemcpy(host.data(), buf.ptr.at(uid), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
+  return probe::download<T>(buf.ptr.at(uid), n);
 }
 
 std::string fmt_result(const GraphResult& r) {

@@ -53,6 +53,14 @@ inline float from_low(uint16_t bits, cudnnDataType_t dtype) {
   return __bfloat162float(__nv_bfloat16(r));
 }
 
+// n elements of type T from device memory at p.
+template <class T>
+std::vector<T> download(const void* p, int64_t n) {
+  std::vector<T> host(static_cast<size_t>(n));
+  check_cuda(cudaMemcpy(host.data(), p, host.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return host;
+}
+
 // ---- Command lines ----
 
 // The value after option argv[i] (i moves past it); a missing one ends the program (exit 2).
