@@ -14,9 +14,10 @@
 // Per layer shape (N·H·W rows × C channels, with the epilogue ResNet-50 applies there) and dtype:
 //   forward   training: statistics, running stats, y = epilogue(bn(x)) with the epilogue
 //             (relu, or residual add + relu, or none);
-//   backward  what dptrain's autograd runs: ReLU's mask where there is one, then dx, dweight,
-//             dbias (cuDNN: BackwardEx with the same bnOps, which also writes the residual's
-//             gradient);
+//   backward  what dptrain's autograd runs: dx, dweight, dbias, with ReLU's mask recomputed
+//             inside (relu alone) or made by relu's backward first (with a residual, whose
+//             gradient it is) (cuDNN: BackwardEx with the same bnOps, which also writes the
+//             residual's gradient);
 // each for dptrain's kernels and for cuDNN (median of --iters runs, CUDA events), dptrain's
 // achieved bandwidth (bytes its passes move / time), and the totals of a ResNet-50 step (each
 // shape times the number of its layers). Both sides run on the same buffers over and over, so
@@ -376,8 +377,14 @@ int main(int argc, char** argv) {
                                                            workspace.p, stream),
                        "dptrain forward");
         };
+        // As the autograd runs it (runtime/ops/norm.cpp): relu without a residual masks inside the
+        // backward (the relu prologue); with one, relu's backward makes the masked gradient, which is
+        // also the residual's.
+        const bool mask_kernel = relu && residual;
         dp::cuda::BatchNormBackwardArgs ba;
-        ba.dy = relu ? dy_masked.p : dy.p;
+        ba.dy = mask_kernel ? dy_masked.p : dy.p;
+        ba.relu = relu && !residual;
+        ba.bias = bias.p;
         ba.x = x.p;
         ba.weight = weight.p;
         ba.save_mean = ours.smean.p;
@@ -386,7 +393,7 @@ int main(int argc, char** argv) {
         ba.dweight = ours.dweight.p;
         ba.dbias = ours.dbias.p;
         auto ours_backward = [&] {
-          if (relu)
+          if (mask_kernel)
             check_launch(dp::cuda::launch_unary_backward(dp::cuda::UnaryKind::Relu, y_ours.p, y_ours.p, dy.p,
                                                          dy_masked.p, dtype, elems, stream),
                          "dptrain relu mask");
@@ -445,10 +452,10 @@ int main(int argc, char** argv) {
         }
 
         // dptrain's passes: forward statistics (read x) + apply (read x [+ z], write y); backward
-        // mask (read y, dy, write) + sums (read dy, x) + dx (read dy, x, write dx).
+        // [mask (read y, dy, write), with a residual] + sums (read dy, x) + dx (read dy, x, write dx).
         const double bytes = static_cast<double>(elems) * 2;
         const double fwd_gbs = bytes * (residual ? 4 : 3) / (row.t.ours_fwd * 1e6);
-        const double bwd_gbs = bytes * (relu ? 8 : 5) / (row.t.ours_bwd * 1e6);
+        const double bwd_gbs = bytes * (mask_kernel ? 8 : 5) / (row.t.ours_bwd * 1e6);
         char cudnn_cols[96];
         if (row.cudnn_error.empty())
           std::snprintf(cudnn_cols, sizeof cudnn_cols, "%8.3f          %8.3f", row.t.cudnn_fwd, row.t.cudnn_bwd);

@@ -144,7 +144,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias
       const Tensor dx_direct =
           need_dx ? Tensor::empty(saved_x.shape(), saved_x.dtype(), device, format) : Tensor();
       device.backend().batch_norm_backward(g.contiguous(format), saved_x, saved_w, mu, inv, dx_direct, sum_dy_xhat,
-                                           sum_dy, false);
+                                           sum_dy, false, {});
       // Local sums: the reducer averages them over ranks (gradient convention in the header).
       const Tensor dweight = n.needs_input_grad(1) ? sum_dy_xhat.to(weight_dtype) : Tensor();
       const Tensor dbias = n.needs_input_grad(2) ? sum_dy.to(bias_dtype) : Tensor();

@@ -203,6 +203,18 @@ struct BatchNormEpilogue {
   bool relu = false;
 };
 
+// Batch norm backward's fused prologue, the mirror of a relu-only epilogue: dy is the gradient of
+// y = relu(bn(x)) (the training forward ran with BatchNormEpilogue{relu, no residual}), and the
+// kernels mask it where y is not positive, recomputing y from x, the saved statistics, weight and
+// bias exactly as this backend's forward computed it — bit for bit relu's own backward (y > 0 ?
+// dy : 0), without its pass over y, dy and the masked gradient. bias: the forward's (undefined:
+// zeros). Training only (eval's saved statistics are recomputed, not the forward's), and the
+// per-feature tensors must be in the statistics dtype, as the forward's were.
+struct BatchNormGradPrologue {
+  bool relu = false;
+  Tensor bias;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -324,11 +336,14 @@ class Backend {
                                   double eps, const BatchNormEpilogue& epilogue) { unsupported("batch_norm_forward"); }
   // Gradients through batch statistics (training) or through the running stats (eval, when
   // save_mean/save_invstd hold running mean and 1/sqrt(var+eps)). dx, dweight, dbias each
-  // optional: undefined ones are not computed.
+  // optional: undefined ones are not computed. The prologue (relu's mask) is applied to dy as it
+  // is read (BatchNormGradPrologue).
   virtual void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd,
                                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                                   bool training) { unsupported("batch_norm_backward"); }
+                                   bool training, const BatchNormGradPrologue& prologue) {
+    unsupported("batch_norm_backward");
+  }
   // x [M, N], normalised over N; weight/bias [N] optional; save_mean/save_rstd [M].
   // Backward: dx, dweight, dbias each optional (undefined: not computed).
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

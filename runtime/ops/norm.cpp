@@ -107,14 +107,19 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
       save_invstd = rsqrt(running_var.detach() + eps);
     }
     SavedTensor sx(xc), sw(w), smean(save_mean), sinvstd(save_invstd);
-    // relu's mask is y > 0 (y = relu(...)), as relu's own backward reads it.
-    SavedTensor sy = relu ? SavedTensor(y) : SavedTensor();
+    // relu's mask is y > 0 (y = relu(...)), as relu's own backward reads it. Without a residual in
+    // training, batch norm's backward recomputes it from x instead (BatchNormGradPrologue: one
+    // pass over y, dy and the masked gradient less); with one, the masked gradient is also the
+    // residual's, so it is made on its own.
+    const bool relu_prologue = relu && training && !residual.defined();
+    SavedTensor sy = relu && !relu_prologue ? SavedTensor(y) : SavedTensor();
+    SavedTensor sb = relu_prologue ? SavedTensor(b) : SavedTensor();
     const DType weight_dtype = dtype_or(weight, x.dtype()), bias_dtype = dtype_or(bias, x.dtype());
     record(op, y, {x, weight, bias, residual}, [=](const Tensor& g, const Node& n) {
       // g, dx, dresidual [N, C, *] in x's dtype; dweight, dbias [C] in the parameters' dtypes
       Tensor saved_x = sx.get(op);
       Tensor gy = g.contiguous(format);
-      if (relu && saved_x.numel() > 0) {
+      if (relu && !relu_prologue && saved_x.numel() > 0) {
         // The gradient of y's pre-relu value, which is also the residual's (y = relu(bn + r)).
         Tensor saved_y = sy.get(op);
         Tensor masked = Tensor::empty(gy.shape(), gy.dtype(), gy.device(), format);
@@ -128,7 +133,8 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
       Tensor dbias = grad_buffer_if_needed(n, 2, channels, bias_dtype, saved_x);
       if (saved_x.numel() > 0)
         saved_x.device().backend().batch_norm_backward(gy, saved_x, sw.get(op), smean.get(op), sinvstd.get(op), dx,
-                                                       dweight, dbias, training);
+                                                       dweight, dbias, training,
+                                                       BatchNormGradPrologue{relu_prologue, sb.get(op)});
       Tensor dresidual = n.needs_input_grad(3) ? gy : Tensor();
       return std::vector<Tensor>{dx, dweight, dbias, dresidual};
     });

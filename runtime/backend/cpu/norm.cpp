@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
@@ -60,13 +61,72 @@ struct ShiftedMoments {
   }
 };
 
-// Σ dy and Σ dy·(x - mean) over a contiguous run, added to the two accumulators.
-template <typename T>
-void add_grad_sums(const T* dy, const T* x, double mean, int64_t n, double& sum_dy, double& sum_dy_xc) {
+// NOTE [ Batch norm's relu mask, recomputed ]
+// The fused forward writes y = relu(v), v = (x − mean)·scale + shift per channel. A backward
+// through that relu (BatchNormGradPrologue) masks dy where y is not positive by recomputing v from
+// x instead of reading y, which saves relu's own backward pass (read y and dy, write the masked
+// gradient). It is the same mask bit for bit because both sides take the coefficients from
+// ChannelAffine::of — built from the statistics as saved (rounded to P), not the wider values the
+// forward had in hand — and apply them with one fma; and the mask tests v as stored in T (a
+// positive v that rounds to zero in float16 gave y = 0). norm.cu does the same on the GPU.
+template <typename C>
+struct ChannelAffine {
+  C mean, scale, shift;
+  // Channel c's coefficients from its saved mean and 1/sqrt(var + eps); w, b null: ones, zeros.
+  template <typename P>
+  static ChannelAffine of(P mean, P invstd, const P* w, const P* b, int64_t c) {
+    static_assert(std::is_same_v<C, P>, "the statistics are kept in the compute type");
+    return {mean, w ? invstd * w[c] : invstd, b ? b[c] : C(0)};
+  }
+};
+
+template <typename C>
+inline C affine(C x, C mean, C scale, C shift) {
+  return std::fma(x - mean, scale, shift);
+}
+
+// relu(v) as the forward stored it in T is positive (NOTE [ Batch norm's relu mask, recomputed ]).
+template <typename T, typename C>
+inline bool relu_passes(C v) {
+  return static_cast<C>(static_cast<T>(v)) > C(0);
+}
+
+// dy as the backward's sums and dx read it: with kRelu, masked where relu(bn(x)) was not positive.
+template <bool kRelu, typename T, typename C>
+inline C masked_grad(T dy, T x, C mean, C scale, C shift) {
+  if constexpr (kRelu) return relu_passes<T>(affine(static_cast<C>(x), mean, scale, shift)) ? static_cast<C>(dy) : C(0);
+  else return static_cast<C>(dy);
+}
+
+// Per-channel coefficients of a block of channels, as arrays for the vector loops.
+template <typename C>
+struct BlockAffine {
+  std::vector<C> mean, scale, shift;
+  explicit BlockAffine(int64_t n) : mean(n), scale(n), shift(n) {}
+  void set(int64_t i, const ChannelAffine<C>& f) {
+    mean[i] = f.mean;
+    scale[i] = f.scale;
+    shift[i] = f.shift;
+  }
+};
+
+// Calls fn(std::bool_constant<flag>{}).
+template <typename Fn>
+void dispatch_flag(bool flag, Fn&& fn) {
+  if (flag) fn(std::true_type{});
+  else fn(std::false_type{});
+}
+
+// Σ dy and Σ dy·(x - mean) over a contiguous run, added to the two accumulators; with kRelu, dy
+// masked by the run's channel coefficients f.
+template <bool kRelu, typename T, typename C>
+void add_grad_sums(const T* dy, const T* x, double mean, const ChannelAffine<C>& f, int64_t n, double& sum_dy,
+                   double& sum_dy_xc) {
   double s = 0, sx = 0;
+  const C fm = f.mean, fs = f.scale, fh = f.shift;
 #pragma omp simd reduction(+ : s, sx)
   for (int64_t i = 0; i < n; ++i) {
-    const double g = as_double(dy[i]);
+    const double g = masked_grad<kRelu>(dy[i], x[i], fm, fs, fh);  // exact in double
     s += g;
     sx += g * (as_double(x[i]) - mean);
   }
@@ -168,20 +228,22 @@ void add_moments_by_rows(const ChannelLayout& L, const ChannelBlock& block, cons
   }
 }
 
-// Σ dy and Σ dy·(x − mean) per channel of a block from its rows (S = 1).
-template <typename T, typename P>
+// Σ dy and Σ dy·(x − mean) per channel of a block from its rows (S = 1); with kRelu, dy masked
+// by the block's coefficients f.
+template <bool kRelu, typename T, typename P, typename C>
 void add_grad_sums_by_rows(const ChannelLayout& L, const ChannelBlock& block, const T* dyp, const T* xp,
-                           const P* mean, double* sum_dy, double* sum_dy_xc) {
+                           const P* mean, const BlockAffine<C>& f, double* sum_dy, double* sum_dy_xc) {
   const int64_t nb = block.size();
   std::vector<double> mean_d(nb);
   for (int64_t i = 0; i < nb; ++i) mean_d[i] = static_cast<double>(mean[block.begin + i]);
   const double* m = mean_d.data();
+  const C *fm = f.mean.data(), *fs = f.scale.data(), *fh = f.shift.data();
   block.for_each_row(L, [&](int64_t off) {
     const T* g = dyp + off;
     const T* xr = xp + off;
 #pragma omp simd
     for (int64_t i = 0; i < nb; ++i) {
-      const double gi = as_double(g[i]);
+      const double gi = masked_grad<kRelu>(g[i], xr[i], fm[i], fs[i], fh[i]);
       sum_dy[i] += gi;
       sum_dy_xc[i] += gi * (as_double(xr[i]) - m[i]);
     }
@@ -245,32 +307,29 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
         if (L.S == 1) add_moments_by_rows(L, block, xp, moments);
         else block.for_each_run(L, [&](int64_t c, int64_t off) { moments[c - block.begin].add(xp + off, L.S); });
       }
-      // Per channel: y = epilogue((x - mean)·scale + shift).
-      std::vector<C> mean_c(block.size()), scale_c(block.size()), shift_c(block.size());
+      // Per channel: y = epilogue((x - mean)·scale + shift), the coefficients from the statistics
+      // as saved (NOTE [ Batch norm's relu mask, recomputed ]).
+      BlockAffine<C> f(block.size());
       for (int64_t c = block.begin; c < block.end; ++c) {
-        double mean, invstd;
+        P mean, invstd;
         if (training) {
           const ShiftedMoments& m = moments[c - block.begin];
-          mean = m.mean(count);
+          const double mean_d = m.mean(count);
           const double var = m.biased_variance(count);
-          invstd = 1.0 / std::sqrt(var + eps);
-          sm[c] = static_cast<P>(mean);
-          si[c] = static_cast<P>(invstd);
-          if (rm) rm[c] = static_cast<P>((1 - momentum) * rm[c] + momentum * mean);
+          mean = sm[c] = static_cast<P>(mean_d);
+          invstd = si[c] = static_cast<P>(1.0 / std::sqrt(var + eps));
+          if (rm) rm[c] = static_cast<P>((1 - momentum) * rm[c] + momentum * mean_d);
           if (rv) rv[c] = static_cast<P>((1 - momentum) * rv[c] + momentum * var * unbias);
         } else {
           mean = rm[c];
-          invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+          invstd = static_cast<P>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
         }
-        const int64_t i = c - block.begin;
-        mean_c[i] = static_cast<C>(mean);
-        scale_c[i] = static_cast<C>(invstd * (w ? static_cast<double>(w[c]) : 1.0));
-        shift_c[i] = b ? static_cast<C>(b[c]) : C(0);
+        f.set(c - block.begin, ChannelAffine<C>::of(mean, invstd, w, b, c));
       }
       dispatch_epilogue(rp != nullptr, epilogue.relu, [&](auto has_residual, auto relu) {
         constexpr bool kResidual = decltype(has_residual)::value, kRelu = decltype(relu)::value;
         if (L.S == 1) {
-          const C *mc = mean_c.data(), *sc = scale_c.data(), *hc = shift_c.data();
+          const C *mc = f.mean.data(), *sc = f.scale.data(), *hc = f.shift.data();
           const int64_t nb = block.size();
           block.for_each_row(L, [&](int64_t off) {
             const T* in = xp + off;
@@ -279,18 +338,19 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
 #pragma omp simd
             for (int64_t i = 0; i < nb; ++i)
               out[i] = static_cast<T>(
-                  apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mc[i]) * sc[i] + hc[i], res, i));
+                  apply_epilogue<kResidual, kRelu>(affine(static_cast<C>(in[i]), mc[i], sc[i], hc[i]), res, i));
           });
         } else {
           block.for_each_run(L, [&](int64_t c, int64_t off) {
-            const C mean = mean_c[c - block.begin], scale = scale_c[c - block.begin], shift = shift_c[c - block.begin];
+            const int64_t j = c - block.begin;
+            const C mean = f.mean[j], scale = f.scale[j], shift = f.shift[j];
             const T* in = xp + off;
             const T* res = kResidual ? rp + off : nullptr;
             T* out = yp + off;
 #pragma omp simd
             for (int64_t i = 0; i < L.S; ++i)
               out[i] = static_cast<T>(
-                  apply_epilogue<kResidual, kRelu>((static_cast<C>(in[i]) - mean) * scale + shift, res, i));
+                  apply_epilogue<kResidual, kRelu>(affine(static_cast<C>(in[i]), mean, scale, shift), res, i));
           });
         }
       });
@@ -299,15 +359,21 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
   f.finish();
 }
 
-// dy, x, dx [N, C, *] contiguous; weight, save_mean, save_invstd, dweight, dbias [C].
+// dy, x, dx [N, C, *] contiguous; weight, save_mean, save_invstd, dweight, dbias, prologue.bias [C].
 // dx, dweight and dbias are each optional (undefined: not computed); weight optional (ones).
 // Training: dx = w·invstd·(dy - mean(dy) - x̂·mean(dy·x̂)), x̂ = (x - mean)·invstd.
 // Eval: the statistics are constants, so dx = w·invstd·dy.
+// With the relu prologue, dy is masked where relu(bn(x)) was not positive, in both passes (NOTE
+// [ Batch norm's relu mask, recomputed ]).
 // Two passes in memory order (NOTE [ Batch norm memory order ]): channel sums, then dx.
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                      const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                                     const Tensor& dweight, const Tensor& dbias, bool training) {
+                                     const Tensor& dweight, const Tensor& dbias, bool training,
+                                     const BatchNormGradPrologue& prologue) {
   DP_ASSERT(x.dim() >= 2);
+  DP_CHECK(!prologue.relu || training,
+           "batch_norm_backward: the relu prologue recomputes the training forward's output; in eval mode mask "
+           "the gradient with relu's own backward");
   const ChannelLayout L = dx.defined() ? ChannelLayout("batch_norm_backward", {&x, &dy, &dx})
                                        : ChannelLayout("batch_norm_backward", {&x, &dy});
   const double count = L.count();
@@ -315,6 +381,7 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
   ComputeOperands f(compute_dtype(x.dtype()), x.device());
   const Tensor weight_p = f.in(weight), save_mean_p = f.in(save_mean), save_invstd_p = f.in(save_invstd);
+  const Tensor bias_p = f.in(prologue.bias);
   const Tensor dweight_p = f.out(dweight, false), dbias_p = f.out(dbias, false);
   dispatch_norm(x.dtype(), "batch_norm_backward", [&](auto tag, auto ptag) {
     using T = decltype(tag);
@@ -323,60 +390,81 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     const T* dyp = dy.data<T>();
     const T* xp = x.data<T>();
     const P* w = data_or_null<P>(weight_p);
+    const P* b = data_or_null<P>(bias_p);
     const P* sm = save_mean_p.data<P>();
     const P* si = save_invstd_p.data<P>();
     T* dxp = mutable_data_or_null<T>(dx);
     P* dw = mutable_data_or_null<P>(dweight_p);
     P* db = mutable_data_or_null<P>(dbias_p);
+    dispatch_flag(prologue.relu, [&](auto relu) {
+      constexpr bool kRelu = decltype(relu)::value;
 #pragma omp parallel num_threads(threads)
-    {
-      const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
-      std::vector<double> sum_dy(block.size(), 0.0), sum_dy_xc(block.size(), 0.0);
-      if (need_sums && L.S == 1) {
-        add_grad_sums_by_rows(L, block, dyp, xp, sm, sum_dy.data(), sum_dy_xc.data());
-      } else if (need_sums) {
-        block.for_each_run(L, [&](int64_t c, int64_t off) {
+      {
+        const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
+        // The forward's coefficients, for relu's mask (unused without it).
+        BlockAffine<C> fwd(kRelu ? block.size() : 0);
+        if constexpr (kRelu)
+          for (int64_t c = block.begin; c < block.end; ++c)
+            fwd.set(c - block.begin, ChannelAffine<C>::of(sm[c], si[c], w, b, c));
+        auto fwd_of = [&](int64_t i) {
+          return kRelu ? ChannelAffine<C>{fwd.mean[i], fwd.scale[i], fwd.shift[i]} : ChannelAffine<C>{};
+        };
+        std::vector<double> sum_dy(block.size(), 0.0), sum_dy_xc(block.size(), 0.0);
+        if (need_sums && L.S == 1) {
+          add_grad_sums_by_rows<kRelu>(L, block, dyp, xp, sm, fwd, sum_dy.data(), sum_dy_xc.data());
+        } else if (need_sums) {
+          block.for_each_run(L, [&](int64_t c, int64_t off) {
+            const int64_t i = c - block.begin;
+            add_grad_sums<kRelu>(dyp + off, xp + off, static_cast<double>(sm[c]), fwd_of(i), L.S, sum_dy[i],
+                                 sum_dy_xc[i]);
+          });
+        }
+        // Per channel: dx = a·(dy - mean_dy - (x - mean)·k); in eval mean_dy = k = 0.
+        std::vector<C> a_c(dxp ? block.size() : 0), mean_dy_c(a_c.size()), k_c(a_c.size());
+        for (int64_t c = block.begin; c < block.end; ++c) {
           const int64_t i = c - block.begin;
-          add_grad_sums(dyp + off, xp + off, static_cast<double>(sm[c]), L.S, sum_dy[i], sum_dy_xc[i]);
-        });
-      }
-      // Per channel: dx = a·(dy - mean_dy - (x - mean)·k); in eval mean_dy = k = 0.
-      std::vector<C> a_c(dxp ? block.size() : 0), mean_dy_c(a_c.size()), k_c(a_c.size());
-      for (int64_t c = block.begin; c < block.end; ++c) {
-        const int64_t i = c - block.begin;
-        const double invstd = si[c];
-        if (dw) dw[c] = static_cast<P>(sum_dy_xc[i] * invstd);
-        if (db) db[c] = static_cast<P>(sum_dy[i]);
-        if (!dxp) continue;
-        a_c[i] = static_cast<C>((w ? static_cast<double>(w[c]) : 1.0) * invstd);
-        mean_dy_c[i] = training ? static_cast<C>(sum_dy[i] / count) : C(0);
-        k_c[i] = training ? static_cast<C>(sum_dy_xc[i] * invstd * invstd / count) : C(0);
-      }
-      if (dxp && L.S == 1) {
-        std::vector<C> mean_c(block.size());
-        for (int64_t c = block.begin; c < block.end; ++c) mean_c[c - block.begin] = static_cast<C>(sm[c]);
-        const C *ac = a_c.data(), *mdc = mean_dy_c.data(), *kc = k_c.data(), *mc = mean_c.data();
-        const int64_t nb = block.size();
-        block.for_each_row(L, [&](int64_t off) {
-          const T* g = dyp + off;
-          const T* xr = xp + off;
-          T* out = dxp + off;
+          const double invstd = si[c];
+          if (dw) dw[c] = static_cast<P>(sum_dy_xc[i] * invstd);
+          if (db) db[c] = static_cast<P>(sum_dy[i]);
+          if (!dxp) continue;
+          a_c[i] = static_cast<C>((w ? static_cast<double>(w[c]) : 1.0) * invstd);
+          mean_dy_c[i] = training ? static_cast<C>(sum_dy[i] / count) : C(0);
+          k_c[i] = training ? static_cast<C>(sum_dy_xc[i] * invstd * invstd / count) : C(0);
+        }
+        if (dxp && L.S == 1) {
+          std::vector<C> mean_c(block.size());
+          for (int64_t c = block.begin; c < block.end; ++c) mean_c[c - block.begin] = static_cast<C>(sm[c]);
+          const C *ac = a_c.data(), *mdc = mean_dy_c.data(), *kc = k_c.data(), *mc = mean_c.data();
+          const C *fm = fwd.mean.data(), *fs = fwd.scale.data(), *fh = fwd.shift.data();
+          const int64_t nb = block.size();
+          block.for_each_row(L, [&](int64_t off) {
+            const T* g = dyp + off;
+            const T* xr = xp + off;
+            T* out = dxp + off;
 #pragma omp simd
-          for (int64_t i = 0; i < nb; ++i)
-            out[i] = static_cast<T>(ac[i] * (static_cast<C>(g[i]) - mdc[i] - (static_cast<C>(xr[i]) - mc[i]) * kc[i]));
-        });
-      } else if (dxp)
-        block.for_each_run(L, [&](int64_t c, int64_t off) {
-          const int64_t i = c - block.begin;
-          const T* g = dyp + off;
-          const T* xr = xp + off;
-          T* out = dxp + off;
-          const C a = a_c[i], mean_dy = mean_dy_c[i], k = k_c[i], mean = static_cast<C>(sm[c]);
+            for (int64_t i = 0; i < nb; ++i) {
+              const C gi = masked_grad<kRelu>(g[i], xr[i], fm[i], fs[i], fh[i]);
+              out[i] = static_cast<T>(ac[i] * (gi - mdc[i] - (static_cast<C>(xr[i]) - mc[i]) * kc[i]));
+            }
+          });
+        } else if (dxp) {
+          block.for_each_run(L, [&](int64_t c, int64_t off) {
+            const int64_t i = c - block.begin;
+            const T* g = dyp + off;
+            const T* xr = xp + off;
+            T* out = dxp + off;
+            const C a = a_c[i], mean_dy = mean_dy_c[i], k = k_c[i], mean = static_cast<C>(sm[c]);
+            const ChannelAffine<C> fi = fwd_of(i);
+            const C fm = fi.mean, fs = fi.scale, fh = fi.shift;
 #pragma omp simd
-          for (int64_t s = 0; s < L.S; ++s)
-            out[s] = static_cast<T>(a * (static_cast<C>(g[s]) - mean_dy - (static_cast<C>(xr[s]) - mean) * k));
-        });
-    }
+            for (int64_t s = 0; s < L.S; ++s) {
+              const C gs = masked_grad<kRelu>(g[s], xr[s], fm, fs, fh);
+              out[s] = static_cast<T>(a * (gs - mean_dy - (static_cast<C>(xr[s]) - mean) * k));
+            }
+          });
+        }
+      }
+    });
   });
   f.finish();
 }

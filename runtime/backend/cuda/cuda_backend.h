@@ -213,7 +213,8 @@ class CudaBackend final : public Backend {
                           double momentum, double eps, const BatchNormEpilogue& epilogue) override;
   void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                           const Tensor& dweight, const Tensor& dbias, bool training) override;
+                           const Tensor& dweight, const Tensor& dbias, bool training,
+                           const BatchNormGradPrologue& prologue) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                           const Tensor& y, const Tensor& save_mean, const Tensor& save_rstd,
                           double eps) override;

@@ -20,7 +20,8 @@
 //     x.numel() fits the descriptors' int;
 //   - forward: eps >= CUDNN_BN_MIN_EPSILON (cuDNN refuses a smaller one), and no fused epilogue
 //     (BatchNormEpilogue: residual add, relu), which the legacy API cannot apply;
-//   - backward: training mode and dx wanted. Eval-mode backward (the statistics are constants)
+//   - backward: training mode, dx wanted and no relu prologue (BatchNormGradPrologue: it
+//     recomputes the forward that norm.cu ran). Eval-mode backward (the statistics are constants)
 //     and parameter-only gradients are norm.cu's reductions.
 // Semantics, as the CPU backend: running stats updated with `momentum` as cuDNN's
 // exponentialAverageFactor and the unbiased batch variance (cuDNN does this too); save_invstd =
@@ -295,13 +296,19 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, cons
 }
 
 // dy, x, dx [N, C, *] contiguous, or all channels-last; weight, save_mean, save_invstd, dweight,
-// dbias [C].
+// dbias, prologue.bias [C]. relu's prologue recomputes the forward's y with norm.cu's arithmetic,
+// which is also what ran that forward (a fused epilogue never takes cuDNN), in the accumulation
+// type, as that forward's parameters were (its saved statistics are in it).
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                       const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                                      const Tensor& dweight, const Tensor& dbias, bool training) {
+                                      const Tensor& dweight, const Tensor& dbias, bool training,
+                                      const BatchNormGradPrologue& prologue) {
   constexpr const char* op = "batch_norm_backward";
-  for (const Tensor* t : {&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias})
+  for (const Tensor* t : {&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias, &prologue.bias})
     if (t->defined()) check_operand(op, *t);
+  DP_CHECK(!prologue.relu || training, op,
+           ": the relu prologue recomputes the training forward's output; in eval mode mask the gradient with "
+           "relu's own backward");
   check_supported(Kernel::BatchNormBackward, x.dtype());
   DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *], got ", x.str());
   DP_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), op, ": gradient ", dy.str(),
@@ -313,16 +320,19 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
       dx.defined() ? batch_norm_problem(op, {&x, &dy, &dx}) : batch_norm_problem(op, {&x, &dy});
   const BatchNormShape s = q.kernel;
   for (auto [name, t] : {std::pair{"weight", &weight}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd},
-                         {"dweight", &dweight}, {"dbias", &dbias}})
+                         {"dweight", &dweight}, {"dbias", &dbias}, {"bias", &prologue.bias}})
     check_per_feature(op, name, *t, s.C);
   if (x.numel() == 0 || (!dx.defined() && !dweight.defined() && !dbias.defined())) return;
   activate();
 
-  const bool use_cudnn = training && dx.defined() && cudnn_batch_norm_ok(x, q, /*training=*/true);
-  ParamOperands params(*this, use_cudnn ? acc_dtype(x.dtype())
-                                        : choose_param_dtype(x.dtype(),
-                                                             {&weight, &save_mean, &save_invstd, &dweight, &dbias}));
+  const bool use_cudnn =
+      training && dx.defined() && !prologue.relu && cudnn_batch_norm_ok(x, q, /*training=*/true);
+  const DType param_dtype = use_cudnn || prologue.relu
+                                ? acc_dtype(x.dtype())
+                                : choose_param_dtype(x.dtype(), {&weight, &save_mean, &save_invstd, &dweight, &dbias});
+  ParamOperands params(*this, param_dtype);
   Tensor w = params.in(weight), mean = params.in(save_mean), invstd = params.in(save_invstd);
+  Tensor b = params.in(prologue.bias);
   Tensor dw = params.out(dweight), db = params.out(dbias);
 
   if (use_cudnn) {
@@ -356,6 +366,8 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
     args.dx = ptr_or_null(dx);
     args.dweight = ptr_or_null(dw);
     args.dbias = ptr_or_null(db);
+    args.relu = prologue.relu;
+    args.bias = ptr_or_null(b);
     DP_CUDA_CHECK(device_,
                   launch_batch_norm_backward(args, x.dtype(), params.dtype(), s, training, workspace.raw_data(),
                                              stream_),

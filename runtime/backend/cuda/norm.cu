@@ -48,6 +48,9 @@ constexpr int64_t kMinRowsPerSplit = 32;
 // kTargetBlocks blocks of this many channels (bn_splits).
 constexpr int64_t kMinRowsPerColumnSplit = 128;
 constexpr int64_t kColumnBlockChannels = 256;
+// Per-channel coefficients in the workspace: forward (mean, scale, shift), backward (a, mean_dy,
+// k, mean, and the forward's scale and shift for relu's mask).
+constexpr int kCoef = 6;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -107,6 +110,29 @@ __device__ __forceinline__ A group_sum(A v, A* scratch) {
 template <typename A>
 __device__ __forceinline__ A nonnegative(A v) {
   return v < A(0) ? A(0) : v;
+}
+
+// Batch norm's per-channel affine map, v = (x − mean)·scale + shift, written once for the forward
+// and for a backward that recomputes it to mask relu's gradient (NOTE [ Batch norm's relu mask,
+// recomputed ] in cpu/norm.cpp): the coefficients from the statistics as saved (the forward's
+// parameter type is the accumulation type whenever it saves them) and an explicit fma, so that
+// both sides get the same bits whatever the compiler contracts.
+template <typename A, typename P>
+__device__ __forceinline__ A bn_scale(A invstd, const P* __restrict__ weight, int64_t c) {
+  return invstd * (weight ? convert<A>(weight[c]) : A(1));
+}
+template <typename A, typename P>
+__device__ __forceinline__ A bn_shift(const P* __restrict__ bias, int64_t c) {
+  return bias ? convert<A>(bias[c]) : A(0);
+}
+template <typename A>
+__device__ __forceinline__ A bn_affine(A x, A mean, A scale, A shift) {
+  return fma(x - mean, scale, shift);
+}
+// relu(v) as the forward stored it in T is positive: relu's mask, y > 0.
+template <typename T, typename A>
+__device__ __forceinline__ bool bn_relu_passes(A v) {
+  return convert<A>(convert<T>(v)) > A(0);
 }
 
 // ---- Batch norm kernels -----------------------------------------------------------------------
@@ -187,7 +213,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
   for (int e = 0; e < V; ++e) first[e] = second[e] = A(0);
   if (u < Cv) {
-    A constant[V];
+    typename Terms::Constants constant;
     terms.constants(u, constant);
     typename Terms::Row rows[kColumnUnroll];
     walk_rows(
@@ -225,60 +251,82 @@ struct MomentTerms {
   struct Row {
     T x[V];
   };
+  struct Constants {
+    A shift[V];
+  };
   const T* __restrict__ x;
   int64_t Cv;
-  __device__ __forceinline__ void constants(int64_t u, A (&shift)[V]) const {
+  __device__ __forceinline__ void constants(int64_t u, Constants& k) const {
     T v[V];
     load_units<T, V>(x + u * V, v);
 #pragma unroll
-    for (int e = 0; e < V; ++e) shift[e] = convert<A>(v[e]);
+    for (int e = 0; e < V; ++e) k.shift[e] = convert<A>(v[e]);
   }
   __device__ __forceinline__ void load(int64_t r, int64_t u, Row& row) const {
     load_units<T, V>(x + (r * Cv + u) * V, row.x);
   }
-  __device__ __forceinline__ void add(const Row& row, const A (&shift)[V], A (&sum)[V], A (&sum_sq)[V]) const {
+  __device__ __forceinline__ void add(const Row& row, const Constants& k, A (&sum)[V], A (&sum_sq)[V]) const {
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const A d = convert<A>(row.x[e]) - shift[e];
+      const A d = convert<A>(row.x[e]) - k.shift[e];
       sum[e] += d;
       sum_sq[e] += d * d;
     }
   }
 };
 
-// Σ dy and Σ dy·(x − mean) (bn_grad_partial_kernel's sums); dy, x [R, Cv·V], mean [Cv·V].
-template <typename T, typename P, int V>
+// Σ dy and Σ dy·(x − mean) (bn_grad_partial_kernel's sums); dy, x [R, Cv·V]; mean, invstd,
+// weight, bias [Cv·V] (the last three for relu's mask, kRelu: dy masked where the forward's y was
+// not positive; weight, bias null: ones, zeros).
+template <typename T, typename P, int V, bool kRelu>
 struct GradTerms {
   using A = acc_t<T>;
   struct Row {
     T dy[V], x[V];
   };
+  struct Constants {
+    A mean[V];
+    A scale[kRelu ? V : 1], shift[kRelu ? V : 1];
+  };
   const T* __restrict__ dy;
   const T* __restrict__ x;
   const P* __restrict__ mean;
+  const P* __restrict__ invstd;
+  const P* __restrict__ weight;
+  const P* __restrict__ bias;
   int64_t Cv;
-  __device__ __forceinline__ void constants(int64_t u, A (&m)[V]) const {
+  __device__ __forceinline__ void constants(int64_t u, Constants& k) const {
 #pragma unroll
-    for (int e = 0; e < V; ++e) m[e] = convert<A>(mean[u * V + e]);
+    for (int e = 0; e < V; ++e) {
+      const int64_t c = u * V + e;
+      k.mean[e] = convert<A>(mean[c]);
+      if constexpr (kRelu) {
+        k.scale[e] = bn_scale<A>(convert<A>(invstd[c]), weight, c);
+        k.shift[e] = bn_shift<A>(bias, c);
+      }
+    }
   }
   __device__ __forceinline__ void load(int64_t r, int64_t u, Row& row) const {
     load_units<T, V>(dy + (r * Cv + u) * V, row.dy);
     load_units<T, V>(x + (r * Cv + u) * V, row.x);
   }
-  __device__ __forceinline__ void add(const Row& row, const A (&m)[V], A (&sum_dy)[V], A (&sum_dy_xc)[V]) const {
+  __device__ __forceinline__ void add(const Row& row, const Constants& k, A (&sum_dy)[V],
+                                      A (&sum_dy_xc)[V]) const {
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const A g = convert<A>(row.dy[e]);
+      const A xe = convert<A>(row.x[e]);
+      A g = convert<A>(row.dy[e]);
+      if constexpr (kRelu) g = bn_relu_passes<T>(bn_affine(xe, k.mean[e], k.scale[e], k.shift[e])) ? g : A(0);
       sum_dy[e] += g;
-      sum_dy_xc[e] += g * (convert<A>(row.x[e]) - m[e]);
+      sum_dy_xc[e] += g * (xe - k.mean[e]);
     }
   }
 };
 
 // x [N, C, S] (only x[0, c, 0], the shift K, is read); partial [C, splits, 2] (training);
 // weight, bias [C] (null: ones, zeros); running_mean, running_var [C] (training: updated, null →
-// skipped; eval: read); save_mean, save_invstd [C] (training: written); coef [C, 4]: mean,
-// scale, shift, 0 for the apply kernels. One warp per channel: its lanes add the splits' partials
+// skipped; eval: read); save_mean, save_invstd [C] (training: written); coef [C, kCoef]: mean,
+// scale, shift for the apply kernels. One warp per channel: its lanes add the splits' partials
 // (lane l takes l, l + 32, ...; a fixed order) — one thread walking up to kTargetBlocks partials
 // in sequence was 35 µs a call on an H200, a tenth of ResNet-50's batch-norm time.
 template <typename T, typename P>
@@ -320,10 +368,9 @@ __global__ void bn_forward_finalize_kernel(const T* __restrict__ x, const acc_t<
       invstd = A(1) / sqrt(convert<A>(running_var[c]) + static_cast<A>(eps));
     }
     if (lane == 0) {
-      coef[c * 4] = mean;
-      coef[c * 4 + 1] = invstd * (weight ? convert<A>(weight[c]) : A(1));
-      coef[c * 4 + 2] = bias ? convert<A>(bias[c]) : A(0);
-      coef[c * 4 + 3] = A(0);
+      coef[c * kCoef] = mean;
+      coef[c * kCoef + 1] = bn_scale<A>(invstd, weight, c);
+      coef[c * kCoef + 2] = bn_shift<A>(bias, c);
     }
   }
 }
@@ -342,7 +389,7 @@ __device__ __forceinline__ void bn_epilogue(A (&v)[V], const T (&r)[V], bool has
   }
 }
 
-// x, y, residual [N, C, S] with S = Sv·V (units = N·C·Sv); coef [C, 4] (mean, scale, shift):
+// x, y, residual [N, C, S] with S = Sv·V (units = N·C·Sv); coef [C, kCoef] (mean, scale, shift):
 // y = epilogue((x - mean)·scale + shift). Grid-stride over units; the channel is tracked
 // incrementally.
 template <typename T, int V>
@@ -357,12 +404,12 @@ __global__ void __launch_bounds__(kBlock)
   int64_t s = i - row * Sv, c = row % C;
   const int64_t step_rows = step / Sv, step_s = step - step_rows * Sv, step_c = step_rows % C;
   for (; i < units; i += step) {
-    const A mean = coef[c * 4], scale = coef[c * 4 + 1], shift = coef[c * 4 + 2];
+    const A mean = coef[c * kCoef], scale = coef[c * kCoef + 1], shift = coef[c * kCoef + 2];
     T v[V];
     A a[V];
     load_units<T, V>(x + i * V, v);
 #pragma unroll
-    for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[e]) - mean) * scale + shift;
+    for (int e = 0; e < V; ++e) a[e] = bn_affine(convert<A>(v[e]), mean, scale, shift);
     T r[V];
     if (residual) load_units<T, V>(residual + i * V, r);
     bn_epilogue<T, V>(a, r, residual != nullptr, relu);
@@ -400,9 +447,9 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
   for (int e = 0; e < V; ++e) {
     const int64_t c = u * V + e;
-    mean[e] = coef[c * 4];
-    scale[e] = coef[c * 4 + 1];
-    shift[e] = coef[c * 4 + 2];
+    mean[e] = coef[c * kCoef];
+    scale[e] = coef[c * kCoef + 1];
+    shift[e] = coef[c * kCoef + 2];
   }
   T v[kColumnUnroll][V], res[kColumnUnroll][V];
   walk_rows(
@@ -414,7 +461,7 @@ __global__ void __launch_bounds__(kBlock)
       [&](int i, int64_t r) {
         A a[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) a[e] = (convert<A>(v[i][e]) - mean[e]) * scale[e] + shift[e];
+        for (int e = 0; e < V; ++e) a[e] = bn_affine(convert<A>(v[i][e]), mean[e], scale[e], shift[e]);
         bn_epilogue<T, V>(a, res[i], residual != nullptr, relu);
         T out[V];
 #pragma unroll
@@ -423,9 +470,10 @@ __global__ void __launch_bounds__(kBlock)
       });
 }
 
-// dy, x, dx [R, C] with C = Cv·V; coef [C, 4] (a, mean_dy, k, mean): bn_dx_kernel's formula with
-// bn_apply_columns_kernel's walk and unrolling.
-template <typename T, int V>
+// dy, x, dx [R, C] with C = Cv·V; coef [C, kCoef] (a, mean_dy, k, mean, scale, shift):
+// bn_dx_kernel's formula with bn_apply_columns_kernel's walk and unrolling; kRelu: dy masked by
+// relu's mask (training only; scale and shift are then the forward's).
+template <typename T, int V, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     bn_dx_columns_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
                          const acc_t<T>* __restrict__ coef, int64_t R, int64_t Cv, int64_t threads, bool training) {
@@ -433,14 +481,18 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t t = first_index();
   if (t >= threads) return;
   const int64_t u = t % Cv, row_step = threads / Cv;
-  A a[V], mean_dy[V], k[V], mean[V];
+  A a[V], mean_dy[V], k[V], mean[V], scale[kRelu ? V : 1], shift[kRelu ? V : 1];
 #pragma unroll
   for (int e = 0; e < V; ++e) {
     const int64_t c = u * V + e;
-    a[e] = coef[c * 4];
-    mean_dy[e] = coef[c * 4 + 1];
-    k[e] = coef[c * 4 + 2];
-    mean[e] = coef[c * 4 + 3];
+    a[e] = coef[c * kCoef];
+    mean_dy[e] = coef[c * kCoef + 1];
+    k[e] = coef[c * kCoef + 2];
+    mean[e] = coef[c * kCoef + 3];
+    if constexpr (kRelu) {
+      scale[e] = coef[c * kCoef + 4];
+      shift[e] = coef[c * kCoef + 5];
+    }
   }
   T g[kColumnUnroll][V], xv[kColumnUnroll][V];
   walk_rows(
@@ -453,7 +505,11 @@ __global__ void __launch_bounds__(kBlock)
         T out[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const A ge = convert<A>(g[i][e]);
+          A ge = convert<A>(g[i][e]);
+          if constexpr (kRelu) {
+            const A xe = convert<A>(xv[i][e]);
+            ge = bn_relu_passes<T>(bn_affine(xe, mean[e], scale[e], shift[e])) ? ge : A(0);
+          }
           const A d = training ? ge - mean_dy[e] - (convert<A>(xv[i][e]) - mean[e]) * k[e] : ge;
           out[e] = convert<T>(a[e] * d);
         }
@@ -462,17 +518,22 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // dy, x [N, C, S] with S = Sv·V; save_mean [C]; partial [C, splits, 2]: Σ dy and
-// Σ dy·(x - mean) over split k of channel c. Grid (C, splits).
+// Σ dy·(x - mean) over split k of channel c. Grid (C, splits). relu: dy masked by relu's mask,
+// recomputed with save_invstd, weight and bias [C] (null: ones, zeros).
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_grad_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x, const P* __restrict__ save_mean,
-                           acc_t<T>* __restrict__ partial, int64_t N, int64_t C, int64_t Sv) {
+                           acc_t<T>* __restrict__ partial, int64_t N, int64_t C, int64_t Sv, bool relu,
+                           const P* __restrict__ save_invstd, const P* __restrict__ weight,
+                           const P* __restrict__ bias) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const int64_t c = blockIdx.x, k = blockIdx.y, splits = gridDim.y;
   const int64_t units = N * Sv;
   const int64_t end = units * (k + 1) / splits;
   const A mean = convert<A>(save_mean[c]);
+  const A scale = relu ? bn_scale<A>(convert<A>(save_invstd[c]), weight, c) : A(0);
+  const A shift = relu ? bn_shift<A>(bias, c) : A(0);
   A sum_dy = 0, sum_dy_xc = 0;
   int64_t j = units * k / splits + threadIdx.x;
   if (j < end) {
@@ -484,9 +545,11 @@ __global__ void __launch_bounds__(kBlock)
       load_units<T, V>(x + off, xv);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const A ge = convert<A>(g[e]);
+        const A xe = convert<A>(xv[e]);
+        A ge = convert<A>(g[e]);
+        if (relu) ge = bn_relu_passes<T>(bn_affine(xe, mean, scale, shift)) ? ge : A(0);
         sum_dy += ge;
-        sum_dy_xc += ge * (convert<A>(xv[e]) - mean);
+        sum_dy_xc += ge * (xe - mean);
       }
     }
   }
@@ -498,16 +561,17 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// partial [C, splits, 2] (null: no sums were taken, they are 0); weight [C] (null: ones);
-// save_mean, save_invstd [C]; dweight, dbias [C] (null: skipped); coef [C, 4]: a, mean_dy, k,
-// mean for the dx kernels (dx = a·(dy - mean_dy - (x - mean)·k); eval: mean_dy = k = 0). One warp
-// per channel, as bn_forward_finalize_kernel.
+// partial [C, splits, 2] (null: no sums were taken, they are 0); weight, bias [C] (null: ones,
+// zeros); save_mean, save_invstd [C]; dweight, dbias [C] (null: skipped); coef [C, kCoef]: a,
+// mean_dy, k, mean for the dx kernels (dx = a·(dy - mean_dy - (x - mean)·k); eval: mean_dy = k =
+// 0), then the forward's scale and shift for relu's mask. One warp per channel, as
+// bn_forward_finalize_kernel.
 template <typename T, typename P>
 __global__ void bn_backward_finalize_kernel(const acc_t<T>* __restrict__ partial, int64_t splits,
-                                            const P* __restrict__ weight, const P* __restrict__ save_mean,
-                                            const P* __restrict__ save_invstd, P* __restrict__ dweight,
-                                            P* __restrict__ dbias, acc_t<T>* __restrict__ coef, int64_t C,
-                                            double count, bool training) {
+                                            const P* __restrict__ weight, const P* __restrict__ bias,
+                                            const P* __restrict__ save_mean, const P* __restrict__ save_invstd,
+                                            P* __restrict__ dweight, P* __restrict__ dbias,
+                                            acc_t<T>* __restrict__ coef, int64_t C, double count, bool training) {
   using A = acc_t<T>;
   const A cnt = static_cast<A>(count);
   const int lane = threadIdx.x & 31;
@@ -525,19 +589,22 @@ __global__ void bn_backward_finalize_kernel(const acc_t<T>* __restrict__ partial
     const A invstd = convert<A>(save_invstd[c]);
     if (dweight) dweight[c] = convert<P>(sum_dy_xc * invstd);
     if (dbias) dbias[c] = convert<P>(sum_dy);
-    coef[c * 4] = (weight ? convert<A>(weight[c]) : A(1)) * invstd;
-    coef[c * 4 + 1] = training ? sum_dy / cnt : A(0);
-    coef[c * 4 + 2] = training ? sum_dy_xc * invstd * invstd / cnt : A(0);
-    coef[c * 4 + 3] = convert<A>(save_mean[c]);
+    coef[c * kCoef] = (weight ? convert<A>(weight[c]) : A(1)) * invstd;
+    coef[c * kCoef + 1] = training ? sum_dy / cnt : A(0);
+    coef[c * kCoef + 2] = training ? sum_dy_xc * invstd * invstd / cnt : A(0);
+    coef[c * kCoef + 3] = convert<A>(save_mean[c]);
+    coef[c * kCoef + 4] = bn_scale<A>(invstd, weight, c);
+    coef[c * kCoef + 5] = bn_shift<A>(bias, c);
   }
 }
 
-// dy, x, dx [N, C, S] with S = Sv·V (units = N·C·Sv); coef [C, 4] (a, mean_dy, k, mean):
-// training dx = a·(dy - mean_dy - (x - mean)·k); eval dx = a·dy (x not read).
+// dy, x, dx [N, C, S] with S = Sv·V (units = N·C·Sv); coef [C, kCoef] (a, mean_dy, k, mean,
+// scale, shift): training dx = a·(dy - mean_dy - (x - mean)·k), dy masked by relu's mask (from
+// scale and shift) with `relu`; eval dx = a·dy (x not read).
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
-                 const acc_t<T>* __restrict__ coef, int64_t C, int64_t Sv, int64_t units, bool training) {
+                 const acc_t<T>* __restrict__ coef, int64_t C, int64_t Sv, int64_t units, bool training, bool relu) {
   using A = acc_t<T>;
   int64_t i = first_index();
   if (i >= units) return;
@@ -546,13 +613,19 @@ __global__ void __launch_bounds__(kBlock)
   int64_t s = i - row * Sv, c = row % C;
   const int64_t step_rows = step / Sv, step_s = step - step_rows * Sv, step_c = step_rows % C;
   for (; i < units; i += step) {
-    const A a = coef[c * 4];
+    const A a = coef[c * kCoef];
     T g[V];
     load_units<T, V>(dy + i * V, g);
     if (training) {
-      const A mean_dy = coef[c * 4 + 1], k = coef[c * 4 + 2], mean = coef[c * 4 + 3];
+      const A mean_dy = coef[c * kCoef + 1], k = coef[c * kCoef + 2], mean = coef[c * kCoef + 3];
       T xv[V];
       load_units<T, V>(x + i * V, xv);
+      if (relu) {
+        const A scale = coef[c * kCoef + 4], shift = coef[c * kCoef + 5];
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          if (!bn_relu_passes<T>(bn_affine(convert<A>(xv[e]), mean, scale, shift))) g[e] = convert<T>(A(0));
+      }
 #pragma unroll
       for (int e = 0; e < V; ++e)
         g[e] = convert<T>(a * (convert<A>(g[e]) - mean_dy - (convert<A>(xv[e]) - mean) * k));
@@ -786,14 +859,14 @@ int64_t bn_splits(const BatchNormShape& s) {
   return std::max<int64_t>(1, std::min(by_work, by_occupancy));  // <= kTargetBlocks
 }
 
-// The workspace as acc_t elements: partial [C, splits, 2], then coef [C, 4].
+// The workspace as acc_t elements: partial [C, splits, 2], then coef [C, kCoef].
 struct BnWorkspace {
   int64_t splits;
   size_t partial_elems, coef_elems;
 };
 BnWorkspace bn_workspace(const BatchNormShape& s) {
   const int64_t splits = bn_splits(s);
-  return {splits, static_cast<size_t>(s.C * splits * 2), static_cast<size_t>(s.C * 4)};
+  return {splits, static_cast<size_t>(s.C * splits * 2), static_cast<size_t>(s.C * kCoef)};
 }
 
 // Units of 16 bytes when every run of S elements is 16-byte aligned in every operand.
@@ -927,9 +1000,14 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
   if (N * C * S == 0 || (!args.dx && !args.dweight && !args.dbias)) return cudaSuccess;
   if (!workspace || !args.dy || !args.x || !args.save_mean || !args.save_invstd) return cudaErrorInvalidValue;
   if (C > INT32_MAX) return cudaErrorInvalidValue;  // channels are gridDim.x
+  // relu's mask recomputes the training forward's y, whose coefficients came from statistics in
+  // the accumulation type.
+  const DType acc_dtype = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  if (args.relu && (!training || param_dtype != acc_dtype)) return cudaErrorInvalidValue;
   const BnWorkspace ws = bn_workspace(shape);
   const double count = static_cast<double>(N) * static_cast<double>(S);
   const bool need_sums = (args.dx && training) || args.dweight || args.dbias;
+  const bool relu = args.relu;
   return dispatch_norm(dtype, param_dtype, [&](auto t_tag, auto p_tag) {
     using T = decltype(t_tag);
     using P = decltype(p_tag);
@@ -937,42 +1015,63 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
     const T* dy = static_cast<const T*>(args.dy);
     const T* x = static_cast<const T*>(args.x);
     T* dx = static_cast<T*>(args.dx);
+    const P* weight = static_cast<const P*>(args.weight);
+    const P* bias = static_cast<const P*>(args.bias);
     const P* save_mean = static_cast<const P*>(args.save_mean);
+    const P* save_invstd = static_cast<const P*>(args.save_invstd);
     A* partial = static_cast<A*>(workspace);
     A* coef = partial + ws.partial_elems;
     if (need_sums && S == 1) {
-      launch_bn_columns<T>(
-          bn_vectorizable<T>(C, {args.dy, args.x}), shape, ws.splits, partial,
-          [&](auto v_tag, int64_t Cv) { return GradTerms<T, P, decltype(v_tag)::value>{dy, x, save_mean, Cv}; },
-          stream);
+      const bool vectorize = bn_vectorizable<T>(C, {args.dy, args.x});
+      if (relu)
+        launch_bn_columns<T>(
+            vectorize, shape, ws.splits, partial,
+            [&](auto v_tag, int64_t Cv) {
+              return GradTerms<T, P, decltype(v_tag)::value, true>{dy, x, save_mean, save_invstd, weight, bias, Cv};
+            },
+            stream);
+      else
+        launch_bn_columns<T>(
+            vectorize, shape, ws.splits, partial,
+            [&](auto v_tag, int64_t Cv) {
+              return GradTerms<T, P, decltype(v_tag)::value, false>{dy, x, save_mean, nullptr, nullptr, nullptr, Cv};
+            },
+            stream);
     } else if (need_sums) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
       if (bn_vectorizable<T>(S, {args.dy, args.x}))
-        bn_grad_partial_kernel<T, P, kVec<T>>
-            <<<grid, kBlock, 0, stream>>>(dy, x, save_mean, partial, N, C, S / kVec<T>);
+        bn_grad_partial_kernel<T, P, kVec<T>><<<grid, kBlock, 0, stream>>>(
+            dy, x, save_mean, partial, N, C, S / kVec<T>, relu, save_invstd, weight, bias);
       else
-        bn_grad_partial_kernel<T, P, 1><<<grid, kBlock, 0, stream>>>(dy, x, save_mean, partial, N, C, S);
+        bn_grad_partial_kernel<T, P, 1>
+            <<<grid, kBlock, 0, stream>>>(dy, x, save_mean, partial, N, C, S, relu, save_invstd, weight, bias);
     }
     bn_backward_finalize_kernel<T, P><<<blocks_for(C * 32), kBlock, 0, stream>>>(
-        need_sums ? partial : nullptr, ws.splits, static_cast<const P*>(args.weight), save_mean,
-        static_cast<const P*>(args.save_invstd), static_cast<P*>(args.dweight), static_cast<P*>(args.dbias), coef,
-        C, count, training);
+        need_sums ? partial : nullptr, ws.splits, weight, bias, save_mean, save_invstd, static_cast<P*>(args.dweight),
+        static_cast<P*>(args.dbias), coef, C, count, training);
     const int64_t col_vec = bn_vectorizable<T>(C, {args.dy, args.x, args.dx}) ? kVec<T> : 1;
     const int64_t col_threads = dx && S == 1 ? bn_column_threads(N, C / col_vec) : 0;
     if (col_threads > 0) {
       const unsigned blocks = static_cast<unsigned>(ceil_div(col_threads, kBlock));
-      if (col_vec > 1)
-        bn_dx_columns_kernel<T, kVec<T>>
-            <<<blocks, kBlock, 0, stream>>>(dy, x, dx, coef, N, C / col_vec, col_threads, training);
-      else
-        bn_dx_columns_kernel<T, 1><<<blocks, kBlock, 0, stream>>>(dy, x, dx, coef, N, C, col_threads, training);
+      const int64_t Cv = C / col_vec;
+      auto launch = [&](auto v_tag, auto relu_tag) {
+        bn_dx_columns_kernel<T, decltype(v_tag)::value, decltype(relu_tag)::value>
+            <<<blocks, kBlock, 0, stream>>>(dy, x, dx, coef, N, Cv, col_threads, training);
+      };
+      using Vector = std::integral_constant<int, kVec<T>>;
+      using Scalar = std::integral_constant<int, 1>;
+      if (col_vec > 1 && relu) launch(Vector{}, std::true_type{});
+      else if (col_vec > 1) launch(Vector{}, std::false_type{});
+      else if (relu) launch(Scalar{}, std::true_type{});
+      else launch(Scalar{}, std::false_type{});
     } else if (dx) {
       if (bn_vectorizable<T>(S, {args.dy, args.x, args.dx})) {
         const int64_t units = N * C * S / kVec<T>;
         bn_dx_kernel<T, kVec<T>>
-            <<<blocks_for(units), kBlock, 0, stream>>>(dy, x, dx, coef, C, S / kVec<T>, units, training);
+            <<<blocks_for(units), kBlock, 0, stream>>>(dy, x, dx, coef, C, S / kVec<T>, units, training, relu);
       } else {
-        bn_dx_kernel<T, 1><<<blocks_for(N * C * S), kBlock, 0, stream>>>(dy, x, dx, coef, C, S, N * C * S, training);
+        bn_dx_kernel<T, 1>
+            <<<blocks_for(N * C * S), kBlock, 0, stream>>>(dy, x, dx, coef, C, S, N * C * S, training, relu);
       }
     }
   });

@@ -43,8 +43,12 @@ struct BatchNormForwardArgs {
   void* save_invstd = nullptr;
 };
 
-// dy, x, dx [N, C, S]; weight, save_mean, save_invstd, dweight, dbias [C] in param_dtype.
-// weight null: ones. dx, dweight, dbias null: not computed.
+// dy, x, dx [N, C, S]; weight, save_mean, save_invstd, dweight, dbias, bias [C] in param_dtype.
+// weight null: ones. dx, dweight, dbias null: not computed. relu (training, param_dtype the
+// accumulation type, the forward run by launch_batch_norm_forward with relu and no residual): dy
+// is masked where that forward's y was not positive, y recomputed from x, the saved statistics,
+// weight and bias (null: zeros) with the forward's own arithmetic — bit for bit relu's backward
+// (BatchNormGradPrologue in backend.h).
 struct BatchNormBackwardArgs {
   const void* dy = nullptr;
   const void* x = nullptr;
@@ -54,6 +58,8 @@ struct BatchNormBackwardArgs {
   void* dx = nullptr;
   void* dweight = nullptr;
   void* dbias = nullptr;
+  bool relu = false;
+  const void* bias = nullptr;
 };
 
 // Device scratch (bytes, 16-byte aligned start expected) both batch-norm launchers need for
@@ -68,7 +74,8 @@ cudaError_t launch_batch_norm_forward(const BatchNormForwardArgs& args, DType dt
                                       void* workspace, cudaStream_t stream);
 
 // Training: dx = w·invstd·(dy - mean(dy) - x̂·mean(dy·x̂)); eval: dx = w·invstd·dy.
-// dweight = Σ dy·(x - mean)·invstd, dbias = Σ dy (both modes).
+// dweight = Σ dy·(x - mean)·invstd, dbias = Σ dy (both modes); dy masked first with args.relu
+// (training only: cudaErrorInvalidValue in eval, or when param_dtype is not the accumulation type).
 cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType dtype, DType param_dtype,
                                        BatchNormShape shape, bool training, void* workspace,
                                        cudaStream_t stream);

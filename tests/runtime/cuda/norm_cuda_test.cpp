@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "common/batch_norm_kink.h"
+#include "common/expect_error.h"
 #include "common/gpu_test.h"
 #include "runtime/core/runtime.h"
 #include "runtime/ops/creation.h"
@@ -180,11 +183,11 @@ class NormCudaTest : public testing::GpuTest {
     Tensor db_c = c.want_dbias ? Tensor::empty({C}, ref, cpu_) : Tensor();
     // The CPU reads the saved statistics as the GPU does: rounded to the GPU's parameter dtype.
     Tensor bm_ref = to_cpu(bm_g).to(ref), bi_ref = to_cpu(bi_g).to(ref);
-    cpu().batch_norm_backward(dy_c, x_c, w_c, bm_ref, bi_ref, dx_c, dw_c, db_c, c.training);
+    cpu().batch_norm_backward(dy_c, x_c, w_c, bm_ref, bi_ref, dx_c, dw_c, db_c, c.training, {});
     Tensor dx_g = c.want_dx ? empty_gpu(c.shape, c.dtype, c.channels_last) : Tensor();
     Tensor dw_g = c.want_dweight ? Tensor::empty({C}, c.param_dtype, gpu_) : Tensor();
     Tensor db_g = c.want_dbias ? Tensor::empty({C}, c.param_dtype, gpu_) : Tensor();
-    gpu().batch_norm_backward(dy_g, x_g, w_g, bm_g, bi_g, dx_g, dw_g, db_g, c.training);
+    gpu().batch_norm_backward(dy_g, x_g, w_g, bm_g, bi_g, dx_g, dw_g, db_g, c.training, {});
     if (c.want_dx) expect_close(dx_g, dx_c, tol, "dx");
     if (c.want_dweight) expect_close(dw_g, dw_c, tol, "dweight");
     if (c.want_dbias) expect_close(db_g, db_c, tol, "dbias");
@@ -415,6 +418,47 @@ TEST_F(NormCudaTest, BatchNormChannelsLastUnrolledColumnWalks) {
       }
 }
 
+// A training backward through the fused relu without a residual recomputes relu's mask from x
+// (BatchNormGradPrologue) in every reduction and dx kernel. At the kink (pre-activations within an
+// ulp of zero, common/batch_norm_kink.h) it must give the composition's results bit for bit, which
+// also runs norm.cu's kernels where cuDNN does not take the composition's batch norm: channels-last
+// (column kernels, vector with C = 16 and scalar with C = 9, several rows a thread with 2048 rows)
+// in every dtype, and NCHW bfloat16 (run kernels, S = 25 scalar and S = 256 vector).
+TEST_F(NormCudaTest, BatchNormReluMaskRecomputedAtTheKinkIsTheComposition) {
+  struct KinkCase {
+    Shape shape;
+    bool channels_last;
+    std::vector<DType> dtypes;
+  };
+  const std::vector<DType> all(std::begin(kFloatDtypes), std::end(kFloatDtypes));
+  for (const KinkCase& k : {KinkCase{{4, 9, 5, 5}, true, all}, KinkCase{{8, 16, 16, 16}, true, all},
+                            KinkCase{{4, 9, 5, 5}, false, {kBFloat16}}, KinkCase{{8, 16, 16, 16}, false, {kBFloat16}}})
+    for (DType dtype : k.dtypes) {
+      SCOPED_TRACE(name_of(dtype, k.shape) + (k.channels_last ? " channels-last" : ""));
+      const MemoryFormat format = k.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+      const testing::BatchNormKinkCase c = testing::batch_norm_kink_case(gpu_, cpu_, dtype, format, k.shape, 11, 1e-5);
+      const auto fused = testing::batch_norm_relu_step(c, cpu_, true, 1e-5);
+      EXPECT_EQ(fused, testing::batch_norm_relu_step(c, cpu_, false, 1e-5));
+      const testing::KinkOutcomes o = testing::kink_outcomes(c, cpu_, fused[0]);
+      EXPECT_EQ(o.positive + o.zero, c.at_kink);
+      if (dtype != kFloat16) {  // float16 stores most kink values as 0
+        EXPECT_GT(o.positive, 0);
+        EXPECT_GT(o.zero, 0);
+      }
+    }
+}
+
+// The relu prologue recomputes a training forward: refused in eval mode.
+TEST_F(NormCudaTest, BatchNormReluPrologueRefusedInEval) {
+  const Shape shape{4, 3, 5};
+  Tensor x = to_gpu(uniform(shape, kFloat32)), dy = to_gpu(uniform(shape, kFloat32));
+  Tensor sm = to_gpu(uniform({3}, kFloat32)), si = to_gpu(uniform({3}, kFloat32, 0.5, 1.5));
+  Tensor dx = Tensor::empty(shape, kFloat32, gpu_);
+  EXPECT_ERROR_CONTAINS(gpu().batch_norm_backward(dy, x, Tensor(), sm, si, dx, Tensor(), Tensor(), false,
+                                                  BatchNormGradPrologue{true, Tensor()}),
+                        "relu prologue recomputes the training forward's output");
+}
+
 // The own kernels' sums are a fixed-order two-stage reduction: the same bits every run.
 TEST_F(NormCudaTest, BatchNormOwnReductionsAreRepeatable) {
   const Shape shape{32, 7, 33};
@@ -426,7 +470,7 @@ TEST_F(NormCudaTest, BatchNormOwnReductionsAreRepeatable) {
   std::vector<uint8_t> first_dx, first_dw;
   for (int run = 0; run < 3; ++run) {
     Tensor dx = Tensor::empty(shape, kBFloat16, gpu_), dw = Tensor::empty({7}, kBFloat16, gpu_);
-    gpu().batch_norm_backward(dy, x, w, sm, si, dx, dw, Tensor(), true);
+    gpu().batch_norm_backward(dy, x, w, sm, si, dx, dw, Tensor(), true, {});
     if (run == 0) {
       first_dx = bytes_of(dx);
       first_dw = bytes_of(dw);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/batch_norm_kink.h"
 #include "common/expect_error.h"
 #include "common/gradcheck.h"
 #include "common/reference.h"
@@ -217,6 +218,43 @@ TEST_F(NormTest, BatchNormAddReluIsTheCompositionBitForBit) {
             };
             EXPECT_EQ(run(true), run(false));
           }
+}
+
+// Without a residual, training's backward masks inside batch norm, recomputing relu(bn(x)) from x
+// (BatchNormGradPrologue) instead of reading y. At the kink — pre-activations within an ulp of zero
+// (common/batch_norm_kink.h), where a recomputation that differed from the forward in any rounding
+// would flip the mask — it still gives the composition's results bit for bit, in every dtype (without
+// a residual both round once), NCHW and channels-last, serial and threaded.
+TEST_F(NormTest, BatchNormReluMaskRecomputedAtTheKinkIsTheComposition) {
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16})
+    for (bool channels_last : {false, true})
+      for (const Shape& shape : {Shape{4, 9, 5, 5}, Shape{8, 16, 16, 16}})
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + (channels_last ? " channels-last " : " ") +
+                       shape_str(shape) + " threads " + std::to_string(threads));
+          CpuBackend cpu_backend(threads);
+          Device dev(&cpu_backend);
+          const MemoryFormat format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+          const testing::BatchNormKinkCase c = testing::batch_norm_kink_case(dev, dev, dtype, format, shape, 11, kEps);
+          const auto fused = testing::batch_norm_relu_step(c, dev, true, kEps);
+          EXPECT_EQ(fused, testing::batch_norm_relu_step(c, dev, false, kEps));
+          const testing::KinkOutcomes o = testing::kink_outcomes(c, dev, fused[0]);
+          EXPECT_GT(c.at_kink, 2 * shape[1]);
+          EXPECT_EQ(o.positive + o.zero, c.at_kink);
+          if (dtype != kFloat16) {  // float16 stores most kink values as 0
+            EXPECT_GT(o.positive, 0);
+            EXPECT_GT(o.zero, 0);
+          }
+        }
+}
+
+// The relu prologue recomputes a training forward: refused in eval mode.
+TEST_F(NormTest, BatchNormReluPrologueRefusedInEval) {
+  Tensor x = constant({4, 3, 5}), dy = constant({4, 3, 5}), dx = Tensor::empty({4, 3, 5}, kFloat64, cpu);
+  Tensor mean = constant({3}), invstd = constant({3}, 0.5, 1.5);
+  EXPECT_ERROR_CONTAINS(backend.batch_norm_backward(dy, x, Tensor(), mean, invstd, dx, Tensor(), Tensor(), false,
+                                                    BatchNormGradPrologue{true, Tensor()}),
+                        "relu prologue recomputes the training forward's output");
 }
 
 // Half types: rounded once (the composition rounds after the normalisation and after the add), so
