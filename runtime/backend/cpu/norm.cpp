@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -91,11 +93,27 @@ inline bool relu_passes(C v) {
   return static_cast<C>(static_cast<T>(v)) > C(0);
 }
 
+// g where keep, else +0 (the select relu's backward makes), as a bitwise AND: GCC 12 leaves
+// `keep ? g : 0` on a compare of another array's values as a branch, which kept the whole
+// gradient-sum loop scalar (5x slower in a micro-benchmark); the AND vectorises.
+template <typename C>
+inline C keep_or_zero(bool keep, C g) {
+  using Bits = std::conditional_t<sizeof(C) == 4, uint32_t, uint64_t>;
+  static_assert(sizeof(Bits) == sizeof(C));
+  Bits bits;
+  std::memcpy(&bits, &g, sizeof bits);
+  bits &= Bits(0) - static_cast<Bits>(keep);
+  std::memcpy(&g, &bits, sizeof bits);
+  return g;
+}
+
 // dy as the backward's sums and dx read it: with kRelu, masked where relu(bn(x)) was not positive.
 template <bool kRelu, typename T, typename C>
 inline C masked_grad(T dy, T x, C mean, C scale, C shift) {
-  if constexpr (kRelu) return relu_passes<T>(affine(static_cast<C>(x), mean, scale, shift)) ? static_cast<C>(dy) : C(0);
-  else return static_cast<C>(dy);
+  if constexpr (kRelu)
+    return keep_or_zero(relu_passes<T>(affine(static_cast<C>(x), mean, scale, shift)), static_cast<C>(dy));
+  else
+    return static_cast<C>(dy);
 }
 
 // Per-channel coefficients of a block of channels, as arrays for the vector loops.
