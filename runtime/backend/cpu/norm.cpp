@@ -419,8 +419,10 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
 #pragma omp parallel num_threads(threads)
       {
         const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
-        // The forward's coefficients, for relu's mask (unused without it).
-        BlockAffine<C> fwd(kRelu ? block.size() : 0);
+        // The forward's coefficients, for relu's mask. Sized (zeros) without it too: the row loops
+        // pass fm[i] etc. to masked_grad, which ignores them then, and an empty vector's data()
+        // would be a null pointer (UBSan).
+        BlockAffine<C> fwd(block.size());
         if constexpr (kRelu)
           for (int64_t c = block.begin; c < block.end; ++c)
             fwd.set(c - block.begin, ChannelAffine<C>::of(sm[c], si[c], w, b, c));
