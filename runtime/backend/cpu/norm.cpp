@@ -126,14 +126,8 @@ struct BlockAffine {
     scale[i] = f.scale;
     shift[i] = f.shift;
   }
+  ChannelAffine<C> at(int64_t i) const { return {mean[i], scale[i], shift[i]}; }
 };
-
-// Calls fn(std::bool_constant<flag>{}).
-template <typename Fn>
-void dispatch_flag(bool flag, Fn&& fn) {
-  if (flag) fn(std::true_type{});
-  else fn(std::false_type{});
-}
 
 // Σ dy and Σ dy·(x - mean) over a contiguous run, added to the two accumulators; with kRelu, dy
 // masked by the run's channel coefficients f.
@@ -169,13 +163,17 @@ inline C apply_epilogue(C v, const T* residual, int64_t i) {
   return v;
 }
 
+// Calls fn(std::bool_constant<flag>{}).
+template <typename Fn>
+void dispatch_flag(bool flag, Fn&& fn) {
+  if (flag) fn(std::true_type{});
+  else fn(std::false_type{});
+}
+
 // Calls fn(std::bool_constant<residual>{}, std::bool_constant<relu>{}).
 template <typename Fn>
 void dispatch_epilogue(bool residual, bool relu, Fn&& fn) {
-  if (residual && relu) fn(std::true_type{}, std::true_type{});
-  else if (residual) fn(std::true_type{}, std::false_type{});
-  else if (relu) fn(std::false_type{}, std::true_type{});
-  else fn(std::false_type{}, std::false_type{});
+  dispatch_flag(residual, [&](auto r) { dispatch_flag(relu, [&](auto u) { fn(r, u); }); });
 }
 
 // x viewed as [N, C, S]: the S-element run of sample n in channel c. A channels-last x
@@ -419,23 +417,17 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
 #pragma omp parallel num_threads(threads)
       {
         const ChannelBlock block = ChannelBlock::of_this_thread(L.C);
-        // The forward's coefficients, for relu's mask. Sized (zeros) without it too: the row loops
-        // pass fm[i] etc. to masked_grad, which ignores them then, and an empty vector's data()
-        // would be a null pointer (UBSan).
+        // The forward's coefficients: its mean for dx, all three for relu's mask.
         BlockAffine<C> fwd(block.size());
-        if constexpr (kRelu)
-          for (int64_t c = block.begin; c < block.end; ++c)
-            fwd.set(c - block.begin, ChannelAffine<C>::of(sm[c], si[c], w, b, c));
-        auto fwd_of = [&](int64_t i) {
-          return kRelu ? ChannelAffine<C>{fwd.mean[i], fwd.scale[i], fwd.shift[i]} : ChannelAffine<C>{};
-        };
+        for (int64_t c = block.begin; c < block.end; ++c)
+          fwd.set(c - block.begin, ChannelAffine<C>::of(sm[c], si[c], w, b, c));
         std::vector<double> sum_dy(block.size(), 0.0), sum_dy_xc(block.size(), 0.0);
         if (need_sums && L.S == 1) {
           add_grad_sums_by_rows<kRelu>(L, block, dyp, xp, sm, fwd, sum_dy.data(), sum_dy_xc.data());
         } else if (need_sums) {
           block.for_each_run(L, [&](int64_t c, int64_t off) {
             const int64_t i = c - block.begin;
-            add_grad_sums<kRelu>(dyp + off, xp + off, static_cast<double>(sm[c]), fwd_of(i), L.S, sum_dy[i],
+            add_grad_sums<kRelu>(dyp + off, xp + off, static_cast<double>(sm[c]), fwd.at(i), L.S, sum_dy[i],
                                  sum_dy_xc[i]);
           });
         }
@@ -452,9 +444,7 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
           k_c[i] = training ? static_cast<C>(sum_dy_xc[i] * invstd * invstd / count) : C(0);
         }
         if (dxp && L.S == 1) {
-          std::vector<C> mean_c(block.size());
-          for (int64_t c = block.begin; c < block.end; ++c) mean_c[c - block.begin] = static_cast<C>(sm[c]);
-          const C *ac = a_c.data(), *mdc = mean_dy_c.data(), *kc = k_c.data(), *mc = mean_c.data();
+          const C *ac = a_c.data(), *mdc = mean_dy_c.data(), *kc = k_c.data();
           const C *fm = fwd.mean.data(), *fs = fwd.scale.data(), *fh = fwd.shift.data();
           const int64_t nb = block.size();
           block.for_each_row(L, [&](int64_t off) {
@@ -464,7 +454,7 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
 #pragma omp simd
             for (int64_t i = 0; i < nb; ++i) {
               const C gi = masked_grad<kRelu>(g[i], xr[i], fm[i], fs[i], fh[i]);
-              out[i] = static_cast<T>(ac[i] * (gi - mdc[i] - (static_cast<C>(xr[i]) - mc[i]) * kc[i]));
+              out[i] = static_cast<T>(ac[i] * (gi - mdc[i] - (static_cast<C>(xr[i]) - fm[i]) * kc[i]));
             }
           });
         } else if (dxp) {
@@ -473,13 +463,13 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
             const T* g = dyp + off;
             const T* xr = xp + off;
             T* out = dxp + off;
-            const C a = a_c[i], mean_dy = mean_dy_c[i], k = k_c[i], mean = static_cast<C>(sm[c]);
-            const ChannelAffine<C> fi = fwd_of(i);
+            const C a = a_c[i], mean_dy = mean_dy_c[i], k = k_c[i];
+            const ChannelAffine<C> fi = fwd.at(i);
             const C fm = fi.mean, fs = fi.scale, fh = fi.shift;
 #pragma omp simd
             for (int64_t s = 0; s < L.S; ++s) {
               const C gs = masked_grad<kRelu>(g[s], xr[s], fm, fs, fh);
-              out[s] = static_cast<T>(a * (gs - mean_dy - (static_cast<C>(xr[s]) - mean) * k));
+              out[s] = static_cast<T>(a * (gs - mean_dy - (static_cast<C>(xr[s]) - fm) * k));
             }
           });
         }

@@ -1022,21 +1022,17 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
     A* partial = static_cast<A*>(workspace);
     A* coef = partial + ws.partial_elems;
     if (need_sums && S == 1) {
-      const bool vectorize = bn_vectorizable<T>(C, {args.dy, args.x});
-      if (relu)
+      auto columns = [&](auto relu_tag) {
         launch_bn_columns<T>(
-            vectorize, shape, ws.splits, partial,
+            bn_vectorizable<T>(C, {args.dy, args.x}), shape, ws.splits, partial,
             [&](auto v_tag, int64_t Cv) {
-              return GradTerms<T, P, decltype(v_tag)::value, true>{dy, x, save_mean, save_invstd, weight, bias, Cv};
+              return GradTerms<T, P, decltype(v_tag)::value, decltype(relu_tag)::value>{
+                  dy, x, save_mean, save_invstd, weight, bias, Cv};
             },
             stream);
-      else
-        launch_bn_columns<T>(
-            vectorize, shape, ws.splits, partial,
-            [&](auto v_tag, int64_t Cv) {
-              return GradTerms<T, P, decltype(v_tag)::value, false>{dy, x, save_mean, nullptr, nullptr, nullptr, Cv};
-            },
-            stream);
+      };
+      if (relu) columns(std::true_type{});
+      else columns(std::false_type{});
     } else if (need_sums) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
       if (bn_vectorizable<T>(S, {args.dy, args.x}))
