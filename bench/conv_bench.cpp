@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     print_pass_timing(c.name, "forward", dp::bench::time_it([&] { be.conv2d_forward(x, w, b, y, p); }, warmup, iters));
     if (c.input_grad)
       print_pass_timing(c.name, "backward_input",
-             dp::bench::time_it([&] { be.conv2d_backward_input(dy, w, dx, p); }, warmup, iters));
+             dp::bench::time_it([&] { be.conv2d_backward_input(dy, w, dx, p, false); }, warmup, iters));
     print_pass_timing(c.name, "backward_weight",
            dp::bench::time_it([&] { be.conv2d_backward_weight(dy, x, dw, db, p); }, warmup, iters));
   }

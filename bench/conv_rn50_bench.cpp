@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     print_pass_timing(c.name, "forward", dp::bench::time_it([&] { be.conv2d_forward(x, w, dp::Tensor(), y, p); }, opt.warmup, opt.iters));
     if (c.C != 3)
       print_pass_timing(c.name, "backward_input",
-             dp::bench::time_it([&] { be.conv2d_backward_input(dy, w, dx, p); }, opt.warmup, opt.iters));
+             dp::bench::time_it([&] { be.conv2d_backward_input(dy, w, dx, p, false); }, opt.warmup, opt.iters));
     print_pass_timing(c.name, "backward_weight",
            dp::bench::time_it([&] { be.conv2d_backward_weight(dy, x, dw, dp::Tensor(), p); }, opt.warmup, opt.iters));
   }

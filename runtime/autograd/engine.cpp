@@ -34,9 +34,21 @@ void offer_gradient_homes(Node& node, const std::unordered_map<Node*, int>& depe
   }
 }
 
+// NOTE [ Summing into a pending gradient ]: offers node input i the gradient already waiting at
+// its next node when nothing but the engine holds it (a gradient the engine handed to two nodes,
+// such as add's, is shared and not offered until one of them has run).
+void offer_pending_sums(Node& node, const std::unordered_map<Node*, Tensor>& grads) {
+  for (size_t i = 0; i < node.next.size(); ++i) {
+    auto it = node.next[i] ? grads.find(node.next[i].get()) : grads.end();
+    if (it == grads.end() || !is_sole_owner(it->second)) continue;
+    if (node.pending.empty()) node.pending.resize(node.next.size());
+    node.pending[i] = it->second;
+  }
+}
+
 }  // namespace
 
-void run_backward(const Tensor& root, const Tensor& grad_root) {
+BackwardStats run_backward(const Tensor& root, const Tensor& grad_root, const BackwardOptions& options) {
   DP_CHECK(root.requires_grad(), "backward: the tensor does not require grad (no parameter or "
            "input with requires_grad contributed to it)");
   std::shared_ptr<Node> root_node = gradient_edge(root);
@@ -61,6 +73,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
   AutocastGuard no_autocast(kFloat32);
   std::unordered_map<Node*, Tensor> grads;
   grads[root_node.get()] = grad_root;
+  BackwardStats stats;
   // Keep nodes alive while we run them, even if a backward releases the last owner.
   std::vector<std::shared_ptr<Node>> keep{root_node};
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
@@ -72,16 +85,30 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
     Tensor grad_out = std::move(grads[node]);
     grads.erase(node);
     std::vector<Tensor> input_grads;
-    if (grad_out.defined()) offer_gradient_homes(*node, dependencies, grads);
+    if (grad_out.defined()) {
+      offer_gradient_homes(*node, dependencies, grads);
+      if (options.sum_in_place) offer_pending_sums(*node, grads);
+    }
     if (grad_out.defined() || dynamic_cast<AccumulateGrad*>(node)) input_grads = node->backward(grad_out);
     node->offered.clear();
+    const std::vector<Tensor> pending = std::move(node->pending);
+    node->pending.clear();
     node->release();
     for (size_t i = 0; i < node->next.size(); ++i) {
       Node* next = node->next[i].get();
       if (!next) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
         Tensor& slot = grads[next];
-        slot = slot.defined() ? add(slot, input_grads[i]) : std::move(input_grads[i]);
+        if (!slot.defined()) {
+          slot = std::move(input_grads[i]);
+        } else if (i < pending.size() && slot.same(pending[i]) && slot.same(input_grads[i])) {
+          // the op summed its gradient into the pending one (not: an op that returned one
+          // tensor for two edges into this node, as add(x, x) does — that is a sum to make)
+          ++stats.sums_in_place;
+        } else {
+          slot = add(slot, input_grads[i]);
+          ++stats.sums;
+        }
       }
       if (--dependencies[next] == 0) {
         keep.push_back(node->next[i]);
@@ -91,6 +118,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
     // The graph is single-use: drop edges so memory is freed as backward proceeds.
     node->next.clear();
   }
+  return stats;
 }
 
 }  // namespace dp

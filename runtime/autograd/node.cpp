@@ -32,9 +32,8 @@ namespace {
 // engine moved it here, no view or saved tensor shares it), it covers the whole storage, and
 // it has the leaf's shape, dtype, device and a contiguous layout.
 bool can_steal(const Tensor& incoming, const Tensor& leaf) {
-  return incoming.impl_ptr().use_count() == 1 && incoming.storage().use_count() == 1 && incoming.offset() == 0 &&
-         incoming.is_contiguous() && incoming.nbytes() == incoming.storage()->nbytes() &&
-         incoming.dtype() == leaf.dtype() && incoming.device() == leaf.device() && !incoming.requires_grad();
+  return is_sole_owner(incoming) && incoming.is_contiguous() && incoming.dtype() == leaf.dtype() &&
+         incoming.device() == leaf.device() && !incoming.requires_grad();
 }
 
 Tensor fresh_copy(const Tensor& incoming, const Tensor& leaf) {
@@ -44,6 +43,19 @@ Tensor fresh_copy(const Tensor& incoming, const Tensor& leaf) {
 }
 
 }  // namespace
+
+bool is_sole_owner(const Tensor& t) {
+  return t.defined() && t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.offset() == 0 &&
+         t.nbytes() == t.storage()->nbytes();
+}
+
+Tensor Node::pending_sum(size_t i, const Shape& shape, DType dtype, Device device, MemoryFormat format) const {
+  if (i >= pending.size()) return Tensor();
+  const Tensor& sum = pending[i];
+  const bool fits = sum.defined() && sum.shape() == shape && sum.dtype() == dtype && sum.device() == device &&
+                    sum.is_contiguous(format);
+  return fits ? sum : Tensor();
+}
 
 Tensor Node::offered_home(size_t i, const Shape& shape, DType dtype, Device device) const {
   if (i >= offered.size()) return Tensor();

@@ -39,8 +39,15 @@ class Node {
   Tensor grad_buffer(size_t i, const Shape& shape, DType dtype, Device device) const;
   // The buffer offered for input i when it has this shape, dtype and device, else undefined.
   Tensor offered_home(size_t i, const Shape& shape, DType dtype, Device device) const;
+  // The gradient already waiting for input i (NOTE [ Summing into a pending gradient ] in
+  // autograd/engine.h) when it has this shape, dtype, device and is contiguous in `format`, else
+  // undefined. An op that takes it adds its gradient for input i into it, in place, and returns
+  // this very tensor as input i's gradient; the engine then has nothing left to add.
+  Tensor pending_sum(size_t i, const Shape& shape, DType dtype, Device device,
+                     MemoryFormat format = MemoryFormat::Contiguous) const;
   // Set by the engine just before backward() (an undefined entry: nothing offered).
   std::vector<Tensor> offered;
+  std::vector<Tensor> pending;
 
   std::vector<std::shared_ptr<Node>> next;
 
@@ -91,6 +98,10 @@ class SavedTensor {
   Tensor tensor_;  // detached: no reference back into the graph (no cycles)
   uint64_t version_ = 0;
 };
+
+// True when t is the only handle on its storage and covers all of it: nothing else can see a
+// write into it (no other tensor, view or saved tensor shares the bytes).
+bool is_sole_owner(const Tensor& t);
 
 // True when GradMode is on and any of `inputs` requires grad.
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);

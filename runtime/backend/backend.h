@@ -300,8 +300,10 @@ class Backend {
   // common_memory_format); bias [Cout].
   virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias /*opt*/,
                               const Tensor& y, const Conv2dParams& p) { unsupported("conv2d_forward"); }
-  virtual void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                                     const Conv2dParams& p) { unsupported("conv2d_backward_input"); }
+  // dx = the input gradient, or with `accumulate` dx += it (NOTE [ Summing into a pending
+  // gradient ], autograd/engine.h: in the accumulation precision, rounded once).
+  virtual void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
+                                     bool accumulate) { unsupported("conv2d_backward_input"); }
   // dw (and dbias when defined) are overwritten.
   virtual void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
                                       const Tensor& dbias /*opt*/, const Conv2dParams& p) { unsupported("conv2d_backward_weight"); }

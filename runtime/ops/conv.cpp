@@ -102,8 +102,12 @@ Tensor conv2d(const Tensor& x_cast, const Tensor& weight_cast, const Tensor& bia
              // dw and db where they will live (NOTE [ Gradient homes ]), when offered.
              if (node.needs_input_grad(2)) db = node.grad_buffer(2, {w_shape[0]}, dy.dtype(), dy.device());
              if (node.needs_input_grad(0)) {  // a network's first conv skips this: its input is data
-               dx = Tensor::empty(x_shape, dy.dtype(), dy.device(), format);
-               be.conv2d_backward_input(dy, saved_w.get("conv2d"), dx, p);
+               // Into the gradient already waiting for x (a residual's) when there is one (NOTE
+               // [ Summing into a pending gradient ]), else a fresh one.
+               dx = node.pending_sum(0, x_shape, dy.dtype(), dy.device(), format);
+               const bool accumulate = dx.defined();
+               if (!accumulate) dx = Tensor::empty(x_shape, dy.dtype(), dy.device(), format);
+               be.conv2d_backward_input(dy, saved_w.get("conv2d"), dx, p, accumulate);
              }
              if (node.needs_input_grad(1)) {  // the bias gradient comes fused with the weight's
                // In the weight's format: a channels-last weight's gradient comes channels-last.

@@ -27,8 +27,14 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
     SavedTensor sindices(flat_indices);
     record(op, out, {weight}, [sindices, V, D, K, padding_idx](const Tensor& g, const Node& n) {
       // g [*, D] → dout [K, D]; dweight [V, D]: scatter-add of dout rows
-      Tensor dweight = n.grad_buffer(0, {V, D}, g.dtype(), g.device());  // NOTE [ Gradient homes ]
-      dweight.zero_();
+      // The scatter adds: into the gradient already waiting for a tied weight (BERT's decoder's;
+      // NOTE [ Summing into a pending gradient ]), else into zeros — its home when offered
+      // (NOTE [ Gradient homes ]).
+      Tensor dweight = n.pending_sum(0, {V, D}, g.dtype(), g.device());
+      if (!dweight.defined()) {
+        dweight = n.grad_buffer(0, {V, D}, g.dtype(), g.device());
+        dweight.zero_();
+      }
       g.device().backend().embedding_backward(g.contiguous().view({K, D}), sindices.get(op), dweight, padding_idx);
       return std::vector<Tensor>{dweight};
     });

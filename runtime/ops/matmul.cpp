@@ -102,7 +102,17 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     record("linear", out, {x, weight, bias}, [sx, sw, x_shape, out_features](const Tensor& g, const Node& n) {
       Tensor g2 = g.reshape({-1, out_features});
       Tensor gx, gw, gb;
-      if (n.needs_input_grad(0)) gx = matmul(g2, sw.get("linear")).reshape(x_shape);  // [B,out]@[out,in]
+      if (n.needs_input_grad(0)) {  // [B,out]@[out,in]
+        const Tensor w = sw.get("linear");
+        // Into the gradient already waiting for x when there is one (NOTE [ Summing into a
+        // pending gradient ]: a residual's, or another projection's of the same hidden states).
+        gx = w.dtype() == g2.dtype() ? n.pending_sum(0, x_shape, g2.dtype(), g2.device()) : Tensor();
+        if (gx.defined()) {
+          g2.device().backend().gemm(gemm_operand(g2), gemm_operand(w), gx.view({-1, w.size(1)}), 1.0, 1.0);
+        } else {
+          gx = matmul(g2, w).reshape(x_shape);
+        }
+      }
       if (n.needs_input_grad(1)) {  // [out,B]@[B,in], into the weight's home when offered
         const Tensor x2 = sx.get("linear");
         gw = gemm_forward(g2.t(), x2, "linear", n.grad_buffer(1, {out_features, x2.size(1)}, g2.dtype(), g2.device()));

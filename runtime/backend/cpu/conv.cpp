@@ -415,19 +415,20 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
   });
 }
 
-// dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W]
-void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  if (!w.is_contiguous()) return conv2d_backward_input(dy, contiguous_weight(*this, w), dx, p);
+// dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W] (=, or += with accumulate)
+void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
+                                       bool accumulate) {
+  if (!w.is_contiguous()) return conv2d_backward_input(dy, contiguous_weight(*this, w), dx, p, accumulate);
   if (!native_dtype(dx.dtype())) {
     ComputeOperands f32(kFloat32, dx.device());
-    conv2d_backward_input(f32.in(dy), f32.in(w), f32.out(dx, false), p);
+    conv2d_backward_input(f32.in(dy), f32.in(w), f32.out(dx, accumulate), p, accumulate);
     f32.finish();
     return;
   }
-  if (cpu::dnnl_conv2d_backward_input(dy, w, dx, p, num_threads_, conv_)) return;
+  if (cpu::dnnl_conv2d_backward_input(dy, w, dx, p, accumulate, num_threads_, conv_)) return;
   if (common_memory_format("conv2d_backward_input", {&dy, &dx}) == MemoryFormat::ChannelsLast) {
-    const Tensor dx_nchw = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
-    conv2d_backward_input(dy.contiguous(), w, dx_nchw, p);
+    const Tensor dx_nchw = accumulate ? dx.contiguous() : Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+    conv2d_backward_input(dy.contiguous(), w, dx_nchw, p, accumulate);
     copy(dx_nchw, dx);
     return;
   }
@@ -440,22 +441,30 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const 
     T* dxp = dx.data<T>();
     for_each_chunk(plan, [&](int, int64_t n0, int64_t images, bool) {
       const int64_t ld = images * plan.spatial, chunk_size = images * plan.C * plan.in_plane;
+      T* dx_chunk = dxp + n0 * plan.C * plan.in_plane;
       A* dxn;
-      if constexpr (accumulate_apart) dxn = scratch<A, kInputGrad>(chunk_size);
-      else dxn = dxp + n0 * plan.C * plan.in_plane;
-      if (plan.needs_columns()) std::fill(dxn, dxn + chunk_size, A(0));
+      if constexpr (accumulate_apart) {
+        dxn = scratch<A, kInputGrad>(chunk_size);
+        if (accumulate) widen(dx_chunk, dxn, chunk_size);
+      } else {
+        dxn = dx_chunk;
+      }
+      if (plan.needs_columns() && !accumulate) std::fill(dxn, dxn + chunk_size, A(0));
+      // A direct GEMM writes dx itself: onto its sum with beta = 1 when accumulating.
+      const A beta = !plan.needs_columns() && accumulate ? A(1) : A(0);
       for (int64_t g = 0; g < plan.groups; ++g) {
         const T* dyg = output_grad_of(plan, dyp, n0, images, g);
         const T* wg = wp + g * plan.Kg * plan.rows;
         A* dxg = dxn + g * plan.Cg * plan.in_plane;
         // dcols [R, images*S] = w_gᵀ [R, Kg] @ dy_g [Kg, images*S]; direct: dcols is dx_g itself
         A* dcols = plan.needs_columns() ? scratch<A, kColumns>(plan.rows * ld) : dxg;
-        conv_gemm<T>(true, false, plan.rows, ld, plan.Kg, wg, plan.rows, dyg, ld, A(0), dcols, ld, num_threads_);
+        conv_gemm<T>(true, false, plan.rows, ld, plan.Kg, wg, plan.rows, dyg, ld, beta, dcols, ld,
+                     num_threads_);
         if (!plan.needs_columns()) continue;
         for (int64_t b = 0; b < images; ++b)
           col2im_add(dcols + b * plan.spatial, ld, plan.geo, dxg + b * plan.C * plan.in_plane);
       }
-      if constexpr (accumulate_apart) narrow(dxn, dxp + n0 * plan.C * plan.in_plane, chunk_size);
+      if constexpr (accumulate_apart) narrow(dxn, dx_chunk, chunk_size);
     });
   });
 }

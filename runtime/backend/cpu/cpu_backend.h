@@ -93,8 +93,8 @@ class CpuBackend final : public Backend {
 
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                       const Conv2dParams& p) override;
-  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                             const Conv2dParams& p) override;
+  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
+                             bool accumulate) override;
   void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
                               const Tensor& dbias, const Conv2dParams& p) override;
 

@@ -96,6 +96,11 @@ struct Compiled {
   // Forward: x (src), w, y (dst). Backward data: dy (diff_dst), w, dx (diff_src). Backward
   // weights: x (src), dy (diff_dst), dw (diff_weights).
   Operand in0, in1, out;
+  // Backward data with accumulate: the result, in the primitive's layout, added into the user's
+  // tensor by a reorder with a sum post-op (the backward-data primitive takes no post-ops) — the
+  // reorder back that a blocked layout makes anyway, so the sum costs one more read of dx.
+  dnnl::reorder out_sum;
+  bool can_sum = false;
   int arg_in0 = 0, arg_in1 = 0, arg_out = 0;
   memory::desc bias;  // plain [K]; input of forward, output of backward weights
 };
@@ -139,19 +144,22 @@ class ThreadCache {
     return compiled_.emplace(key, std::move(c)).first->second;
   }
 
-  // Runs c on user pointers (bias: forward's input or backward weights' output; may be null).
-  void run(const Compiled& c, const void* in0, const void* in1, void* out, void* bias) {
+  // Runs c on user pointers (bias: forward's input or backward weights' output; may be null);
+  // with `sum` (c.can_sum) adds the result into out.
+  void run(const Compiled& c, const void* in0, const void* in1, void* out, void* bias, bool sum) {
     std::unordered_map<int, memory> args;
     args.emplace(c.arg_in0, input(c.in0, in0, buffers_[0]));
     args.emplace(c.arg_in1, input(c.in1, in1, buffers_[1]));
     memory user_out(c.out.user, engine_, out);
-    memory inner_out = c.out.reordered ? memory(c.out.inner, engine_, buffers_[2].get(c.out.inner.get_size())) : user_out;
+    memory inner_out = c.out.reordered || sum ? memory(c.out.inner, engine_, buffers_[2].get(c.out.inner.get_size()))
+                                              : user_out;
     args.emplace(c.arg_out, inner_out);
     if (bias != nullptr)
       args.emplace(c.arg_out == DNNL_ARG_DST ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, memory(c.bias, engine_, bias));
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(c.scratch, engine_, buffers_[3].get(std::max<size_t>(c.scratch.get_size(), 1))));
     c.primitive.execute(stream_, args);
-    if (c.out.reordered) c.out.out.execute(stream_, inner_out, user_out);
+    if (sum) c.out_sum.execute(stream_, inner_out, user_out);
+    else if (c.out.reordered) c.out.out.execute(stream_, inner_out, user_out);
     stream_.wait();
   }
 
@@ -220,6 +228,15 @@ class ThreadCache {
       operand(c.in0, y, pd.diff_dst_desc(), true);
       operand(c.in1, w, pd.weights_desc(), true);
       operand(c.out, x, pd.diff_src_desc(), false);
+      try {
+        dnnl::post_ops sum;
+        sum.append_sum(1.0f);
+        dnnl::primitive_attr sum_attr;
+        sum_attr.set_post_ops(sum);
+        c.out_sum = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, c.out.inner, engine_, x, sum_attr));
+        c.can_sum = true;
+      } catch (const dnnl::error&) {  // accumulating calls then take the im2col path
+      }
       c.arg_in0 = DNNL_ARG_DIFF_DST, c.arg_in1 = DNNL_ARG_WEIGHTS, c.arg_out = DNNL_ARG_DIFF_SRC;
       c.scratch = pd.scratchpad_desc();
       c.primitive = dnnl::convolution_backward_data(pd);
@@ -264,8 +281,8 @@ bool auto_choice(int64_t pass, const Geometry& g) {
 }
 
 // Runs `pass` on oneDNN when chosen; false when the im2col path should.
-bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1, void* out, void* bias, int threads,
-              ConvPath path) {
+bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1, void* out, void* bias, bool sum,
+              int threads, ConvPath path) {
   if (path == ConvPath::Im2col) return false;
   if (g.dtype != kFloat32 && !(g.dtype == kBFloat16 && bf16_gemm_available())) return false;
   if (g.N == 0 || g.C == 0 || g.K == 0 || g.OH <= 0 || g.OW <= 0) return false;  // nothing oneDNN can describe
@@ -285,9 +302,13 @@ bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1,
     if (path == ConvPath::Auto) return false;
     throw Error(detail::concat(describe(pass, g), ": oneDNN refused it (", c->why, ")"));
   }
+  if (sum && !c->can_sum) {
+    if (path == ConvPath::Auto) return false;
+    throw Error(detail::concat(describe(pass, g), ": oneDNN cannot add the result into the gradient"));
+  }
   OmpThreadsScope scope(threads);
   try {
-    cache.run(*c, in0, in1, out, bias);
+    cache.run(*c, in0, in1, out, bias, sum);
   } catch (const dnnl::error& e) {
     throw Error(detail::concat(describe(pass, g), ": oneDNN failed (", e.what(), ")"));
   }
@@ -316,20 +337,20 @@ bool dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, c
                          int threads, ConvPath path) {
   const Geometry g = geometry("conv2d_forward", x, w, y, p, bias.defined());
   return convolve(kForward, g, x.raw_data(), w.raw_data(), y.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
-                  threads, path);
+                  false, threads, path);
 }
 
 bool dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
-                                int threads, ConvPath path) {
+                                bool accumulate, int threads, ConvPath path) {
   const Geometry g = geometry("conv2d_backward_input", dx, w, dy, p, false);
-  return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, threads, path);
+  return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, accumulate, threads, path);
 }
 
 bool dnnl_conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                  const Conv2dParams& p, int threads, ConvPath path) {
   const Geometry g = geometry("conv2d_backward_weight", x, dw, dy, p, dbias.defined());
   return convolve(kBackwardWeights, g, x.raw_data(), dy.raw_data(), dw.raw_data(),
-                  dbias.defined() ? dbias.raw_data() : nullptr, threads, path);
+                  dbias.defined() ? dbias.raw_data() : nullptr, false, threads, path);
 }
 
 }  // namespace dp::cpu

@@ -45,8 +45,9 @@ ConvPath conv_path_from_environment();
 // oneDNN fails.
 bool dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p,
                          int threads, ConvPath path);
+// With accumulate, dx += the gradient (false under `auto` where oneDNN cannot add it).
 bool dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
-                                int threads, ConvPath path);
+                                bool accumulate, int threads, ConvPath path);
 bool dnnl_conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                  const Conv2dParams& p, int threads, ConvPath path);
 

@@ -12,13 +12,13 @@
 // it in CudaBackend::ConvAlgoCache:
 //   - options().cudnn_benchmark (the default): cudnnFind*AlgorithmEx times every algorithm on the
 //     call's own buffers (the output it writes, y / dx / dw, is overwritten by the real call that
-//     follows), with a search workspace from the stream-ordered pool of up to 1 GiB (less when
-//     less memory is free). Find blocks the host until its timings are done: once per problem.
-//     It runs twice and each algorithm keeps its better time (merge_find_runs): Find times each
-//     algorithm once, and the first launch of a kernel can include loading its module (CUDA's
-//     lazy loading), so in one run an algorithm can time several times slower than it runs —
-//     on an H200 ResNet-50's 7×7 stem got a 2.0 ms kernel in one run and the 1.0 ms CUTLASS
-//     kernel (PyTorch's) in another.
+//     follows; an output the call adds to is replaced by a scratch buffer), with a search
+//     workspace from the stream-ordered pool of up to 1 GiB (less when less memory is free).
+//     Find blocks the host until its timings are done: once per problem. It runs twice and each
+//     algorithm keeps its better time (merge_find_runs): Find times each algorithm once, and the
+//     first launch of a kernel can include loading its module (CUDA's lazy loading), so in one
+//     run an algorithm can time several times slower than it runs — on an H200 ResNet-50's 7×7
+//     stem got a 2.0 ms kernel in one run and the 1.0 ms CUTLASS kernel (PyTorch's) in another.
 //   - otherwise cuDNN's heuristic (cudnnGet*Algorithm_v7), in its ranking order.
 // Among the successful candidates with an allowed math type: the fastest, unless a deterministic
 // algorithm is within 10% (+5 µs) of it, which is then taken (forward algorithms all are; for the
@@ -357,6 +357,10 @@ struct ConvBuffers {
   const void* w = nullptr;  // forward, backward data
   const void* dy = nullptr; // backward data, backward filter
   void* out = nullptr;      // y, dx or dw
+  // out holds values the call adds to (beta = 1): Find, which overwrites its output, then
+  // times into a scratch buffer of out_bytes instead.
+  bool out_is_summed_into = false;
+  size_t out_bytes = 0;
 };
 
 // The pass's cuDNN calls, so the search code is written once.
@@ -432,13 +436,19 @@ ConvAlgoChoice search(CudaBackend& backend, cudnnHandle_t handle, const ConvProb
   int found = 0;
   std::optional<ConvAlgoChoice> choice;
   if (benchmark) {
+    std::optional<Workspace> scratch_out;
+    ConvBuffers find_buffers = buffers;
+    if (buffers.out_is_summed_into) {
+      scratch_out.emplace(backend, buffers.out_bytes);
+      find_buffers.out = scratch_out->get();
+    }
     // Two Finds, each algorithm keeping its better time (NOTE [ cuDNN convolution algorithms ]).
     std::optional<Workspace> ws = search_workspace(backend);
     std::vector<typename Api::Perf> runs[2];
     for (auto& run : runs) {
       run.resize(results.size());
       DP_CUDNN_CHECK(device,
-                     Api::find(handle, d, buffers, static_cast<int>(run.size()), &found, run.data(),
+                     Api::find(handle, d, find_buffers, static_cast<int>(run.size()), &found, run.data(),
                                ws ? ws->get() : nullptr, ws ? ws->size() : 0),
                      "timing convolution algorithms");
       run.resize(static_cast<size_t>(found));
@@ -602,8 +612,10 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
 }
 
-// dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W] (overwritten)
-void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+// dy [N, K, OH, OW], w [K, C/g, KH, KW] → dx [N, C, H, W] (overwritten, or added to with accumulate:
+// cuDNN's beta = 1, blended in float32 and rounded once)
+void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
+                                        bool accumulate) {
   const char* op = "conv2d_backward_input";
   for (const Tensor* t : {&dy, &w, &dx}) check_operand(op, *t);
   check_supported(Kernel::Conv2dBackwardInput, dy.dtype());
@@ -612,14 +624,15 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
   const ConvProblem whole = make_problem(op, dx, w, dy, p, layout, options_.allow_tf32);
   if (dx.numel() == 0) return;
   if (needs_nchw_detour(dy.dtype(), layout)) {
-    const Tensor dx_nchw = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
-    conv2d_backward_input(nchw_copy(*this, dy), w, dx_nchw, p);
+    const Tensor dx_nchw = accumulate ? nchw_copy(*this, dx) : Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+    conv2d_backward_input(nchw_copy(*this, dy), w, dx_nchw, p, accumulate);
     copy(dx_nchw, dx);
     return;
   }
   activate();
-  if (dy.numel() == 0 || w.numel() == 0) {  // nothing flows back: dx = 0
-    DP_CUDA_CHECK(device_, cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), stream_), op, " ", dx.str());
+  if (dy.numel() == 0 || w.numel() == 0) {  // nothing flows back: dx = 0 (or dx += 0)
+    if (!accumulate)
+      DP_CUDA_CHECK(device_, cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), stream_), op, " ", dx.str());
     return;
   }
   const Tensor filter = filter_for(*this, w, layout);
@@ -634,15 +647,30 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
     ConvBuffers buffers;
     buffers.w = filter.raw_data();
     buffers.dy = images(dy, n0, count).raw_data();
-    buffers.out = images(dx, n0, count).raw_data();
+    const Tensor dx_part = images(dx, n0, count);
+    buffers.out = dx_part.raw_data();
+    buffers.out_is_summed_into = accumulate;
+    buffers.out_bytes = dx_part.nbytes();
     const ConvAlgoChoice choice = algo_for<BackwardDataApi>(*this, conv_algos_->mutex, conv_algos_->choices,
                                                             ConvPass::BackwardData, q, d, buffers);
     const Workspace ws(*this, choice.workspace_bytes);
-    DP_CUDNN_CHECK(device_,
-                   cudnnConvolutionBackwardData(handle, scalars.one(), d.w.get(), buffers.w, d.y.get(), buffers.dy,
-                                                d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo),
-                                                ws.get(), ws.size(), scalars.zero(), d.x.get(), buffers.out),
-                   op, " ", dy.str(), " → ", dx.str(), " (algorithm ", choice.algo, ")");
+    const auto run = [&](void* out, bool blend) {
+      return cudnnConvolutionBackwardData(handle, scalars.one(), d.w.get(), buffers.w, d.y.get(), buffers.dy,
+                                          d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo),
+                                          ws.get(), ws.size(), scalars.beta(blend), d.x.get(), out);
+    };
+    const cudnnStatus_t status = run(buffers.out, accumulate);
+    if (status == CUDNN_STATUS_SUCCESS) continue;
+    const auto context = [&] {
+      return detail::concat(op, " ", dy.str(), " → ", dx.str(), " (algorithm ", choice.algo,
+                            accumulate ? ", adding into dx)" : ")");
+    };
+    if (!accumulate || !unsupported_by_cudnn(status))
+      throw_cudnn_error("cudnnConvolutionBackwardData", status, device_, context());
+    // An algorithm that does not blend: its gradient apart, then one add.
+    const Tensor fresh = Tensor::empty(dx_part.shape(), dx.dtype(), dx.device(), dx.suggest_memory_format());
+    DP_CUDNN_CHECK(device_, run(fresh.raw_data(), false), context());
+    binary(BinaryOp::Add, dx_part, fresh, dx_part);
   }
 }
 
@@ -693,13 +721,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, cons
       buffers.x = images(x, n0, count).raw_data();
       buffers.dy = dy_part.raw_data();
       buffers.out = filter_grad.raw_data();
-      // Find overwrites its output: past the first chunk dw holds a partial sum, so a search
-      // there (a last chunk of another size) writes into a scratch buffer instead.
-      std::optional<Workspace> scratch;
-      if (accumulate && options_.cudnn_benchmark) {
-        scratch.emplace(*this, filter_grad.nbytes());
-        buffers.out = scratch->get();
-      }
+      // Past the first chunk dw holds a partial sum: a search there (a last chunk of another
+      // size) must not overwrite it.
+      buffers.out_is_summed_into = accumulate;
+      buffers.out_bytes = filter_grad.nbytes();
       const ConvAlgoChoice choice = algo_for<BackwardFilterApi>(*this, conv_algos_->mutex, conv_algos_->choices,
                                                                 ConvPass::BackwardFilter, q, d, buffers);
       const Workspace ws(*this, choice.workspace_bytes);

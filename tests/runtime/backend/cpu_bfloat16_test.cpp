@@ -174,8 +174,8 @@ TEST_P(CpuBfloat16Test, ConvolutionForwardAndBackwardMatchFloat32) {
 
     Tensor dy = bf16(y_shape);
     Tensor dx = full(c.x, 7.0, kBFloat16, cpu), dx_ref = empty(c.x, kFloat32, cpu);  // overwritten
-    backend.conv2d_backward_input(dy, w, dx, p);
-    backend.conv2d_backward_input(widened(dy), widened(w), dx_ref, p);
+    backend.conv2d_backward_input(dy, w, dx, p, false);
+    backend.conv2d_backward_input(widened(dy), widened(w), dx_ref, p, false);
     expect_close_bf16(dx, dx_ref, "input gradient");
 
     Tensor dw = full(c.w, 7.0, kBFloat16, cpu), dw_ref = empty(c.w, kFloat32, cpu);

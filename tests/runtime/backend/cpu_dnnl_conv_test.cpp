@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "runtime/backend/cpu/bf16_gemm.h"
 #include "runtime/backend/cpu/cpu_backend.h"
@@ -62,7 +64,7 @@ Result run(const Geo& g, int threads, ConvPath path, DType dtype) {
   Tensor y = empty(ys, dtype, cpu), dx = empty(x.shape(), dtype, cpu), dw = empty(w.shape(), dtype, cpu);
   Tensor db = g.bias ? empty({g.K}, dtype, cpu) : Tensor();
   backend.conv2d_forward(x, w, b, y, p);
-  backend.conv2d_backward_input(dy, w, dx, p);
+  backend.conv2d_backward_input(dy, w, dx, p, false);
   backend.conv2d_backward_weight(dy, x, dw, db, p);
   Result r;
   r.y = y.to(kFloat64).to_vector<double>();
@@ -126,6 +128,62 @@ TEST(CpuDnnlConv, BFloat16MatchesFloat64WithFloat32Accumulation) {
     const Result ref = run(g, 1, ConvPath::Im2col, kBFloat16);  // the im2col path in bfloat16
     const Result onednn = run(g, 2, ConvPath::Dnnl, kBFloat16);
     compare(g, onednn, ref, 1e-4, 1.0 / 128, std::string(g.name) + ", bfloat16 oneDNN vs im2col");
+  }
+}
+
+// backward_input with accumulate (NOTE [ Summing into a pending gradient ]): dx += the gradient,
+// on every path, dtype and memory format — oneDNN adds in its reorder back, im2col starts its
+// col2im sums (or its direct GEMM's beta) from dx, float16 reads dx into its float32 operand.
+struct SummedDx {
+  std::vector<double> prior, fresh, summed;
+};
+
+SummedDx summed_dx(const Geo& g, ConvPath path, DType dtype, MemoryFormat format) {
+  CpuBackend backend(2, CpuGemm::OpenBlas, path);
+  Device cpu(&backend);
+  Generator gen(23);
+  Conv2dParams p;
+  p.stride_h = g.sh, p.stride_w = g.sw, p.pad_h = g.ph, p.pad_w = g.pw, p.dilation_h = p.dilation_w = g.dil;
+  p.groups = g.groups;
+  const Shape xs{g.N, g.C, g.H, g.W};
+  const Shape ys{g.N, g.K, out_size(g.H, g.KH, g.sh, g.ph, g.dil), out_size(g.W, g.KW, g.sw, g.pw, g.dil)};
+  const Tensor w = rand({g.K, g.C / g.groups, g.KH, g.KW}, gen, kFloat32, cpu, -1, 1).to(dtype);
+  const Tensor dy = rand(ys, gen, kFloat32, cpu, -1, 1).to(dtype).contiguous(format);
+  const Tensor prior = rand(xs, gen, kFloat32, cpu, -1, 1).to(dtype).contiguous(format);
+  const Tensor fresh = Tensor::empty(xs, dtype, cpu, format);
+  backend.conv2d_backward_input(dy, w, fresh, p, false);
+  Tensor summed = Tensor::empty(xs, dtype, cpu, format);
+  summed.copy_(prior);
+  backend.conv2d_backward_input(dy, w, summed, p, true);
+  EXPECT_TRUE(summed.is_contiguous(format));
+  return {prior.to(kFloat64).to_vector<double>(), fresh.to(kFloat64).to_vector<double>(),
+          summed.to(kFloat64).to_vector<double>()};
+}
+
+TEST(CpuConvAccumulate, BackwardInputAddsIntoDxOnEveryPath) {
+  std::vector<Geo> geos(std::begin(kGeos), std::end(kGeos));
+  geos.push_back({"1x1_one_image_direct_gemm", 1, 16, 8, 8, 24, 1, 1, 1, 1, 0, 0, 1, 1, false});
+  for (const Geo& g : geos) {
+    const int64_t terms = g.K / g.groups * g.KH * g.KW;
+    for (ConvPath path : {ConvPath::Dnnl, ConvPath::Im2col, ConvPath::Auto}) {
+      for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+        // Rounding of the sum: once or twice in dtype, plus the path's reassociation of the taps.
+        const double rel = dtype == kFloat64 ? 1e-14 : dtype == kFloat32 ? 1e-6 : dtype == kFloat16 ? 2e-3 : 1.6e-2;
+        const double abs = (dtype == kFloat64 ? 1e-14 : 1e-6) * std::sqrt(static_cast<double>(terms));
+        for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+          const char* path_name = path == ConvPath::Dnnl ? "oneDNN" : path == ConvPath::Im2col ? "im2col" : "auto";
+          const std::string what = std::string(g.name) + ", " + path_name + ", " + dtype_name(dtype) +
+                                   (format == MemoryFormat::ChannelsLast ? ", channels-last" : ", NCHW");
+          const SummedDx r = summed_dx(g, path, dtype, format);
+          ASSERT_EQ(r.summed.size(), r.prior.size()) << what;
+          for (size_t i = 0; i < r.summed.size(); ++i) {
+            const double want = r.prior[i] + r.fresh[i];
+            ASSERT_NEAR(r.summed[i], want, abs + rel * (std::abs(r.prior[i]) + std::abs(r.fresh[i])))
+                << what << ", element " << i << " (prior " << r.prior[i] << ", gradient " << r.fresh[i] << ")";
+          }
+        }
+      }
+    }
   }
 }
 

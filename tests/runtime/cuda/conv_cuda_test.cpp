@@ -1,7 +1,8 @@
 // CUDA convolution (conv.cpp, cuDNN) against the CPU backend, on what a generic comparison can
 // miss: groups with stride, padding and dilation together, the algorithm cache being hit on a
 // repeated problem, benchmark (cudnnFind) and heuristic choices agreeing, float32 staying exact
-// (FMA, no TF32), 16-bit dtypes, and empty batches zeroing the gradients. Skips without a GPU.
+// (FMA, no TF32), 16-bit dtypes, empty batches zeroing the gradients, and the input gradient
+// added into dx (beta = 1). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,7 +124,7 @@ class CudaConvTest : public testing::GpuTest {
     Tensor dw = Tensor::empty(c.w, ref, cpu_), db = Tensor::empty({c.w[0]}, ref, cpu_);
     Backend& cpu = cpu_.backend();
     cpu.conv2d_forward(x, w, b, y, c.p);
-    cpu.conv2d_backward_input(dy, w, dx, c.p);
+    cpu.conv2d_backward_input(dy, w, dx, c.p, false);
     cpu.conv2d_backward_weight(dy, x, dw, db, c.p);
 
     const Tensor gx = x.to(dtype).to(gpu), gw = w.to(dtype).to(gpu), gb = b.to(dtype).to(gpu);
@@ -132,7 +133,7 @@ class CudaConvTest : public testing::GpuTest {
     Tensor gdw = full(c.w, 123.0, dtype, gpu), gdb = full({c.w[0]}, 123.0, dtype, gpu);
     Backend& be = gpu.backend();
     be.conv2d_forward(gx, gw, gb, gy, c.p);
-    be.conv2d_backward_input(gdy, gw, gdx, c.p);
+    be.conv2d_backward_input(gdy, gw, gdx, c.p, false);
     be.conv2d_backward_weight(gdy, gx, gdw, gdb, c.p);
     const std::string name = dtype_name(dtype);
     expect_close(gy, y, tol, name + " y");
@@ -210,7 +211,7 @@ TEST_F(CudaConvTest, ChannelsLastWeightsGiveTheContiguousWeightsResults) {
         Tensor y = Tensor::empty(c.y(), dtype, gpu_, activations), dx = Tensor::empty(c.x, dtype, gpu_, activations);
         Tensor dw = full(c.w, 123.0, dtype, gpu_).contiguous(wf);  // poisoned: every element is written
         be.conv2d_forward(x, weight, Tensor(), y, c.p);
-        be.conv2d_backward_input(dy, weight, dx, c.p);
+        be.conv2d_backward_input(dy, weight, dx, c.p, false);
         be.conv2d_backward_weight(dy, x, dw, Tensor(), c.p);
         EXPECT_EQ(dw.is_contiguous(), weight.is_contiguous()) << "dw keeps its format";
         results[weight.is_contiguous() ? 0 : 1] = {y.to(cpu_).to(kFloat64).to_vector<double>(),
@@ -257,6 +258,44 @@ TEST_F(CudaConvTest, AutocastWithChannelsLastActivationsGivesTheNchwGradients) {
   ASSERT_EQ(grads[1].size(), grads[0].size());
   for (size_t i = 0; i < grads[0].size(); ++i)  // bf16 sums in another order: within bf16 rounding
     ASSERT_NEAR(grads[1][i], grads[0][i], 2e-2 * std::max(1.0, std::abs(grads[0][i]))) << "dw element " << i;
+}
+
+// backward_input with accumulate (NOTE [ Summing into a pending gradient ]): cuDNN's beta = 1
+// gives dx + the gradient, in every dtype and layout (float64 channels-last on its NCHW detour),
+// with Find on and off. Each case's first call is the accumulating one, so its Find (which
+// overwrites the output it times on) runs then: it must time on scratch and leave dx's values.
+TEST_F(CudaConvTest, BackwardInputAddsIntoDxWithoutFindClobberingIt) {
+  ConvCase c{{3, 24, 9, 11}, {40, 24, 3, 3}, {}};  // a shape no other test uses
+  c.p.pad_h = c.p.pad_w = 1;
+  c.p.stride_h = 2;
+  for (bool benchmark : {true, false}) {
+    cuda::CudaOptions options;
+    options.cudnn_benchmark = benchmark;
+    for (DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        cuda::CudaBackend backend(0, options);  // a fresh algorithm cache: the first call searches
+        const Device gpu = backend.device();
+        const std::string what = std::string(dtype_name(dtype)) + (benchmark ? ", Find" : ", heuristic") +
+                                 (format == MemoryFormat::ChannelsLast ? ", channels-last" : ", NCHW");
+        const Tensor w = values(c.w, 2).to(dtype).to(gpu), dy = values(c.y(), 4).to(dtype).to(gpu).contiguous(format);
+        const Tensor prior = values(c.x, 7).to(dtype).to(gpu).contiguous(format);
+        Tensor summed = Tensor::empty(c.x, dtype, gpu, format);
+        summed.copy_(prior);
+        backend.conv2d_backward_input(dy, w, summed, c.p, true);
+        Tensor fresh = full(c.x, 123.0, dtype, gpu).contiguous(format);
+        backend.conv2d_backward_input(dy, w, fresh, c.p, false);
+        EXPECT_TRUE(summed.is_contiguous(format)) << what;
+        const std::vector<double> s = summed.to(cpu_).to(kFloat64).to_vector<double>();
+        const std::vector<double> f = fresh.to(cpu_).to(kFloat64).to_vector<double>();
+        const std::vector<double> p = prior.to(cpu_).to(kFloat64).to_vector<double>();
+        // float32 blending and one rounding against two: within a unit of the dtype's last place.
+        const double rel = dtype == kFloat64 ? 1e-13 : dtype == kFloat32 ? 1e-6 : dtype == kFloat16 ? 2e-3 : 1.6e-2;
+        for (size_t i = 0; i < s.size(); ++i)
+          ASSERT_NEAR(s[i], p[i] + f[i], rel * (std::abs(p[i]) + std::abs(f[i])) + 1e-6)
+              << what << ", element " << i << " (prior " << p[i] << ", gradient " << f[i] << ")";
+      }
+    }
+  }
 }
 
 #endif  // DPTRAIN_HAVE_CUDA
