@@ -1,5 +1,7 @@
 #include "runtime/backend/backend.h"
 
+#include <string>
+
 namespace dp {
 
 const char* kernel_name(Kernel kernel) {
@@ -86,6 +88,25 @@ const char* binary_op_name(BinaryOp op) {
     case BinaryOp::Equal: return "equal";
   }
   return "?";
+}
+
+void check_grad_prologue(const char* op, const BatchNormGradPrologue& prologue, const Tensor& dy, bool training,
+                         bool need_sums) {
+  DP_CHECK(!prologue.relu || training, op,
+           ": the relu prologue recomputes the training forward's output; in eval mode mask the gradient with "
+           "relu's own backward");
+  if (!prologue.relu_output.defined()) {
+    DP_CHECK(!prologue.masked_dy.defined(), op, ": masked_dy without relu_output");
+    return;
+  }
+  DP_CHECK(!prologue.relu && training && need_sums, op,
+           ": relu's mask from the forward's output is folded into the training pass that takes the sums (not "
+           "with the relu prologue, in eval, or without dx, dweight or dbias); mask with relu's own backward");
+  for (const Tensor* t : {&prologue.relu_output, &prologue.masked_dy})
+    DP_CHECK(t->defined() && t->shape() == dy.shape() && t->dtype() == dy.dtype() && t->device() == dy.device() &&
+                 t->strides() == dy.strides(),
+             op, ": relu_output and masked_dy must be laid out as the gradient ", dy.str(), ", got ",
+             t->defined() ? t->str() : std::string("none"));
 }
 
 void Backend::unsupported(const char* op) const {

@@ -210,10 +210,24 @@ struct BatchNormEpilogue {
 // dy : 0), without its pass over y, dy and the masked gradient. bias: the forward's (undefined:
 // zeros). Training only (eval's saved statistics are recomputed, not the forward's), and the
 // per-feature tensors must be in the statistics dtype, as the forward's were.
+// With a residual (y = relu(bn(x) + r)) recomputing y would need r, and the masked gradient is
+// the residual's too, so it must be written anyway: relu_output (the forward's y) gives the mask
+// (y > 0 ? dy : 0, relu's own backward), and the pass that takes the sums writes the masked
+// gradient to masked_dy as it reads dy; dx is computed from it. That is relu's backward folded
+// into a pass that runs anyway: its separate read of dy and y and write of the masked gradient
+// become one more read (y) and the write. Training, with dx, dweight or dbias requested (so the
+// sums are taken), not with relu; relu_output and masked_dy laid out as dy.
 struct BatchNormGradPrologue {
   bool relu = false;
   Tensor bias;
+  Tensor relu_output;
+  Tensor masked_dy;
 };
+
+// Throws a dp::Error unless `prologue` may be applied to this batch_norm_backward call (the
+// conditions above); need_sums: dx (training), dweight or dbias requested.
+void check_grad_prologue(const char* op, const BatchNormGradPrologue& prologue, const Tensor& dy, bool training,
+                         bool need_sums);
 
 class Backend {
  public:

@@ -110,7 +110,9 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
     // relu's mask is y > 0 (y = relu(...)), as relu's own backward reads it. Without a residual in
     // training, batch norm's backward recomputes it from x instead (BatchNormGradPrologue: one
     // pass over y, dy and the masked gradient less); with one, the masked gradient is also the
-    // residual's, so it is made on its own.
+    // residual's: the backward's sums pass writes it as it reads dy and y (relu_output), or, where
+    // no sums are taken (eval, or nothing but the residual needs a gradient), relu's backward
+    // makes it.
     const bool relu_prologue = relu && training && !residual.defined();
     SavedTensor sy = relu && !relu_prologue ? SavedTensor(y) : SavedTensor();
     SavedTensor sb = relu_prologue ? SavedTensor(b) : SavedTensor();
@@ -118,23 +120,34 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
     record(op, y, {x, weight, bias, residual}, [=](const Tensor& g, const Node& n) {
       // g, dx, dresidual [N, C, *] in x's dtype; dweight, dbias [C] in the parameters' dtypes
       Tensor saved_x = sx.get(op);
-      Tensor gy = g.contiguous(format);
-      if (relu && !relu_prologue && saved_x.numel() > 0) {
-        // The gradient of y's pre-relu value, which is also the residual's (y = relu(bn + r)).
-        Tensor saved_y = sy.get(op);
-        Tensor masked = Tensor::empty(gy.shape(), gy.dtype(), gy.device(), format);
-        saved_x.device().backend().unary_backward(UnaryOp::Relu, kernel_view(saved_y, format),
-                                                  kernel_view(saved_y, format), kernel_view(gy, format),
-                                                  kernel_view(masked, format));
-        gy = masked;
-      }
+      const Tensor g_in = g.contiguous(format);
+      Tensor gy = g_in;  // the gradient batch norm's output receives: relu's masked one
       Tensor dx = grad_buffer_if_needed(n, 0, saved_x.shape(), saved_x.dtype(), saved_x, format);
       Tensor dweight = grad_buffer_if_needed(n, 1, channels, weight_dtype, saved_x);
       Tensor dbias = grad_buffer_if_needed(n, 2, channels, bias_dtype, saved_x);
-      if (saved_x.numel() > 0)
-        saved_x.device().backend().batch_norm_backward(gy, saved_x, sw.get(op), smean.get(op), sinvstd.get(op), dx,
-                                                       dweight, dbias, training,
-                                                       BatchNormGradPrologue{relu_prologue, sb.get(op)});
+      BatchNormGradPrologue prologue;
+      prologue.relu = relu_prologue;
+      prologue.bias = sb.get(op);
+      if (relu && !relu_prologue && saved_x.numel() > 0) {
+        // The gradient of y's pre-relu value, which is also the residual's (y = relu(bn + r)).
+        const Tensor saved_y = sy.get(op);
+        Tensor masked = Tensor::empty(gy.shape(), gy.dtype(), gy.device(), format);
+        const bool sums_taken = (dx.defined() && training) || dweight.defined() || dbias.defined();
+        if (training && sums_taken && saved_y.strides() == gy.strides()) {
+          prologue.relu_output = saved_y;  // folded into the sums pass
+          prologue.masked_dy = masked;
+        } else {
+          saved_x.device().backend().unary_backward(UnaryOp::Relu, kernel_view(saved_y, format),
+                                                    kernel_view(saved_y, format), kernel_view(gy, format),
+                                                    kernel_view(masked, format));
+        }
+        gy = masked;
+      }
+      if (saved_x.numel() > 0 && (dx.defined() || dweight.defined() || dbias.defined())) {
+        const Tensor dy = prologue.relu_output.defined() ? g_in : gy;
+        saved_x.device().backend().batch_norm_backward(dy, saved_x, sw.get(op), smean.get(op), sinvstd.get(op), dx,
+                                                       dweight, dbias, training, prologue);
+      }
       Tensor dresidual = n.needs_input_grad(3) ? gy : Tensor();
       return std::vector<Tensor>{dx, dweight, dbias, dresidual};
     });

@@ -387,13 +387,20 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
                                      const Tensor& dweight, const Tensor& dbias, bool training,
                                      const BatchNormGradPrologue& prologue) {
   DP_ASSERT(x.dim() >= 2);
-  DP_CHECK(!prologue.relu || training,
-           "batch_norm_backward: the relu prologue recomputes the training forward's output; in eval mode mask "
-           "the gradient with relu's own backward");
   const ChannelLayout L = dx.defined() ? ChannelLayout("batch_norm_backward", {&x, &dy, &dx})
                                        : ChannelLayout("batch_norm_backward", {&x, &dy});
   const double count = L.count();
   const bool need_sums = (dx.defined() && training) || dweight.defined() || dbias.defined();
+  check_grad_prologue("batch_norm_backward", prologue, dy, training, need_sums);
+  if (prologue.relu_output.defined()) {
+    // The CPU masks in a pass of its own (its caches make that pass cheap; the fold is for the
+    // GPU's memory-bound step), over the three dense tensors laid out alike, as flat runs.
+    const auto flat = [](const Tensor& t) { return t.detached_as_strided({t.numel()}, {1}); };
+    const Tensor y = flat(prologue.relu_output);
+    unary_backward(UnaryOp::Relu, y, y, flat(dy), flat(prologue.masked_dy));
+    batch_norm_backward(prologue.masked_dy, x, weight, save_mean, save_invstd, dx, dweight, dbias, training, {});
+    return;
+  }
   const int threads = x.numel() >= kParallelGrain ? num_threads_ : 1;
   ComputeOperands f(compute_dtype(x.dtype()), x.device());
   const Tensor weight_p = f.in(weight), save_mean_p = f.in(save_mean), save_invstd_p = f.in(save_invstd);

@@ -304,11 +304,10 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
                                       const Tensor& dweight, const Tensor& dbias, bool training,
                                       const BatchNormGradPrologue& prologue) {
   constexpr const char* op = "batch_norm_backward";
-  for (const Tensor* t : {&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias, &prologue.bias})
+  for (const Tensor* t : {&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias, &prologue.bias,
+                          &prologue.relu_output, &prologue.masked_dy})
     if (t->defined()) check_operand(op, *t);
-  DP_CHECK(!prologue.relu || training, op,
-           ": the relu prologue recomputes the training forward's output; in eval mode mask the gradient with "
-           "relu's own backward");
+  check_grad_prologue(op, prologue, dy, training, (dx.defined() && training) || dweight.defined() || dbias.defined());
   check_supported(Kernel::BatchNormBackward, x.dtype());
   DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *], got ", x.str());
   DP_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), op, ": gradient ", dy.str(),
@@ -325,8 +324,8 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   if (x.numel() == 0 || (!dx.defined() && !dweight.defined() && !dbias.defined())) return;
   activate();
 
-  const bool use_cudnn =
-      training && dx.defined() && !prologue.relu && cudnn_batch_norm_ok(x, q, /*training=*/true);
+  const bool use_cudnn = training && dx.defined() && !prologue.relu && !prologue.relu_output.defined() &&
+                         cudnn_batch_norm_ok(x, q, /*training=*/true);
   const DType param_dtype = use_cudnn || prologue.relu
                                 ? acc_dtype(x.dtype())
                                 : choose_param_dtype(x.dtype(), {&weight, &save_mean, &save_invstd, &dweight, &dbias});
@@ -368,6 +367,8 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
     args.dbias = ptr_or_null(db);
     args.relu = prologue.relu;
     args.bias = ptr_or_null(b);
+    args.relu_output = ptr_or_null(prologue.relu_output);
+    args.masked_dy = ptr_or_null(prologue.masked_dy);
     DP_CUDA_CHECK(device_,
                   launch_batch_norm_backward(args, x.dtype(), params.dtype(), s, training, workspace.raw_data(),
                                              stream_),

@@ -323,6 +323,49 @@ struct GradTerms {
   }
 };
 
+// GradTerms' sums of dy masked by relu's mask read from the forward's output (y > 0 ? dy : 0,
+// relu's own backward; BatchNormGradPrologue::relu_output), the masked gradient stored to
+// `masked` as it is made: bn → add → relu, where it is also the residual's gradient.
+template <typename T, typename P, int V>
+struct MaskedGradTerms {
+  using A = acc_t<T>;
+  struct Row {
+    T dy[V], y[V], x[V];
+    int64_t offset;
+  };
+  struct Constants {
+    A mean[V];
+  };
+  const T* __restrict__ dy;
+  const T* __restrict__ y;
+  const T* __restrict__ x;
+  T* __restrict__ masked;
+  const P* __restrict__ mean;
+  int64_t Cv;
+  __device__ __forceinline__ void constants(int64_t u, Constants& k) const {
+#pragma unroll
+    for (int e = 0; e < V; ++e) k.mean[e] = convert<A>(mean[u * V + e]);
+  }
+  __device__ __forceinline__ void load(int64_t r, int64_t u, Row& row) const {
+    row.offset = (r * Cv + u) * V;
+    load_units<T, V>(dy + row.offset, row.dy);
+    load_units<T, V>(y + row.offset, row.y);
+    load_units<T, V>(x + row.offset, row.x);
+  }
+  __device__ __forceinline__ void add(const Row& row, const Constants& k, A (&sum_dy)[V],
+                                      A (&sum_dy_xc)[V]) const {
+    T out[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A g = convert<A>(row.y[e]) > A(0) ? convert<A>(row.dy[e]) : A(0);
+      out[e] = convert<T>(g);  // dy's value itself (exact round trip) or +0
+      sum_dy[e] += g;
+      sum_dy_xc[e] += g * (convert<A>(row.x[e]) - k.mean[e]);
+    }
+    store_units<T, V>(masked + row.offset, out);
+  }
+};
+
 // x [N, C, S] (only x[0, c, 0], the shift K, is read); partial [C, splits, 2] (training);
 // weight, bias [C] (null: ones, zeros); running_mean, running_var [C] (training: updated, null →
 // skipped; eval: read); save_mean, save_invstd [C] (training: written); coef [C, kCoef]: mean,
@@ -519,13 +562,15 @@ __global__ void __launch_bounds__(kBlock)
 
 // dy, x [N, C, S] with S = Sv·V; save_mean [C]; partial [C, splits, 2]: Σ dy and
 // Σ dy·(x - mean) over split k of channel c. Grid (C, splits). relu: dy masked by relu's mask,
-// recomputed with save_invstd, weight and bias [C] (null: ones, zeros).
+// recomputed with save_invstd, weight and bias [C] (null: ones, zeros). relu_y (not with relu):
+// dy masked where relu_y, the forward's output, is not positive, and the masked gradient stored
+// to masked (MaskedGradTerms).
 template <typename T, typename P, int V>
 __global__ void __launch_bounds__(kBlock)
     bn_grad_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x, const P* __restrict__ save_mean,
                            acc_t<T>* __restrict__ partial, int64_t N, int64_t C, int64_t Sv, bool relu,
                            const P* __restrict__ save_invstd, const P* __restrict__ weight,
-                           const P* __restrict__ bias) {
+                           const P* __restrict__ bias, const T* __restrict__ relu_y, T* __restrict__ masked) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const int64_t c = blockIdx.x, k = blockIdx.y, splits = gridDim.y;
@@ -540,17 +585,23 @@ __global__ void __launch_bounds__(kBlock)
     RunWalker w(j, blockDim.x, Sv);
     for (; j < end; j += blockDim.x, w.advance()) {
       const int64_t off = ((w.n * C + c) * Sv + w.s) * V;
-      T g[V], xv[V];
+      T g[V], xv[V], yv[V];
       load_units<T, V>(dy + off, g);
       load_units<T, V>(x + off, xv);
+      if (relu_y) load_units<T, V>(relu_y + off, yv);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const A xe = convert<A>(xv[e]);
         A ge = convert<A>(g[e]);
         if (relu) ge = bn_relu_passes<T>(bn_affine(xe, mean, scale, shift)) ? ge : A(0);
+        if (relu_y) {
+          ge = convert<A>(yv[e]) > A(0) ? ge : A(0);
+          g[e] = convert<T>(ge);  // dy's value itself (exact round trip) or +0
+        }
         sum_dy += ge;
         sum_dy_xc += ge * (xe - mean);
       }
+      if (relu_y) store_units<T, V>(masked + off, g);
     }
   }
   sum_dy = block_sum(sum_dy, scratch);
@@ -1008,12 +1059,18 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
   const double count = static_cast<double>(N) * static_cast<double>(S);
   const bool need_sums = (args.dx && training) || args.dweight || args.dbias;
   const bool relu = args.relu;
+  // relu's mask from the forward's output, folded into the sums pass, which writes masked_dy;
+  // dx is then computed from it (BatchNormGradPrologue).
+  const bool mask_by_y = args.relu_output != nullptr;
+  if (mask_by_y && (relu || !training || !need_sums || !args.masked_dy)) return cudaErrorInvalidValue;
   return dispatch_norm(dtype, param_dtype, [&](auto t_tag, auto p_tag) {
     using T = decltype(t_tag);
     using P = decltype(p_tag);
     using A = acc_t<T>;
     const T* dy = static_cast<const T*>(args.dy);
     const T* x = static_cast<const T*>(args.x);
+    const T* relu_y = static_cast<const T*>(args.relu_output);
+    T* masked = static_cast<T*>(args.masked_dy);
     T* dx = static_cast<T*>(args.dx);
     const P* weight = static_cast<const P*>(args.weight);
     const P* bias = static_cast<const P*>(args.bias);
@@ -1031,21 +1088,32 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
             },
             stream);
       };
-      if (relu) columns(std::true_type{});
-      else columns(std::false_type{});
+      if (mask_by_y) {
+        launch_bn_columns<T>(
+            bn_vectorizable<T>(C, {args.dy, args.x, args.relu_output, args.masked_dy}), shape, ws.splits, partial,
+            [&](auto v_tag, int64_t Cv) {
+              return MaskedGradTerms<T, P, decltype(v_tag)::value>{dy, relu_y, x, masked, save_mean, Cv};
+            },
+            stream);
+      } else if (relu) {
+        columns(std::true_type{});
+      } else {
+        columns(std::false_type{});
+      }
     } else if (need_sums) {
       const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(ws.splits));
-      if (bn_vectorizable<T>(S, {args.dy, args.x}))
+      if (bn_vectorizable<T>(S, {args.dy, args.x, args.relu_output, args.masked_dy}))
         bn_grad_partial_kernel<T, P, kVec<T>><<<grid, kBlock, 0, stream>>>(
-            dy, x, save_mean, partial, N, C, S / kVec<T>, relu, save_invstd, weight, bias);
+            dy, x, save_mean, partial, N, C, S / kVec<T>, relu, save_invstd, weight, bias, relu_y, masked);
       else
-        bn_grad_partial_kernel<T, P, 1>
-            <<<grid, kBlock, 0, stream>>>(dy, x, save_mean, partial, N, C, S, relu, save_invstd, weight, bias);
+        bn_grad_partial_kernel<T, P, 1><<<grid, kBlock, 0, stream>>>(dy, x, save_mean, partial, N, C, S, relu,
+                                                                      save_invstd, weight, bias, relu_y, masked);
     }
+    if (mask_by_y) dy = masked;  // dx from the masked gradient the sums pass wrote
     bn_backward_finalize_kernel<T, P><<<blocks_for(C * 32), kBlock, 0, stream>>>(
         need_sums ? partial : nullptr, ws.splits, weight, bias, save_mean, save_invstd, static_cast<P*>(args.dweight),
         static_cast<P*>(args.dbias), coef, C, count, training);
-    const int64_t col_vec = bn_vectorizable<T>(C, {args.dy, args.x, args.dx}) ? kVec<T> : 1;
+    const int64_t col_vec = bn_vectorizable<T>(C, {dy, args.x, args.dx}) ? kVec<T> : 1;
     const int64_t col_threads = dx && S == 1 ? bn_column_threads(N, C / col_vec) : 0;
     if (col_threads > 0) {
       const unsigned blocks = static_cast<unsigned>(ceil_div(col_threads, kBlock));
@@ -1061,7 +1129,7 @@ cudaError_t launch_batch_norm_backward(const BatchNormBackwardArgs& args, DType 
       else if (relu) launch(Scalar{}, std::true_type{});
       else launch(Scalar{}, std::false_type{});
     } else if (dx) {
-      if (bn_vectorizable<T>(S, {args.dy, args.x, args.dx})) {
+      if (bn_vectorizable<T>(S, {dy, args.x, args.dx})) {
         const int64_t units = N * C * S / kVec<T>;
         bn_dx_kernel<T, kVec<T>>
             <<<blocks_for(units), kBlock, 0, stream>>>(dy, x, dx, coef, C, S / kVec<T>, units, training, relu);

@@ -60,6 +60,10 @@ struct BatchNormBackwardArgs {
   void* dbias = nullptr;
   bool relu = false;
   const void* bias = nullptr;
+  // relu's mask from the forward's output (y > 0) instead, folded into the sums pass, which writes
+  // the masked gradient to masked_dy; dx is computed from it (BatchNormGradPrologue::relu_output).
+  const void* relu_output = nullptr;
+  void* masked_dy = nullptr;
 };
 
 // Device scratch (bytes, 16-byte aligned start expected) both batch-norm launchers need for

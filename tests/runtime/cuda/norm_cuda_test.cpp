@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "common/batch_norm_fold.h"
 #include "common/batch_norm_kink.h"
 #include "common/expect_error.h"
 #include "common/gpu_test.h"
@@ -455,8 +456,16 @@ TEST_F(NormCudaTest, BatchNormReluPrologueRefusedInEval) {
   Tensor sm = to_gpu(uniform({3}, kFloat32)), si = to_gpu(uniform({3}, kFloat32, 0.5, 1.5));
   Tensor dx = Tensor::empty(shape, kFloat32, gpu_);
   EXPECT_ERROR_CONTAINS(gpu().batch_norm_backward(dy, x, Tensor(), sm, si, dx, Tensor(), Tensor(), false,
-                                                  BatchNormGradPrologue{true, Tensor()}),
+                                                  BatchNormGradPrologue{true, Tensor(), Tensor(), Tensor()}),
                         "relu prologue recomputes the training forward's output");
+}
+
+// bn → add → relu's backward on the GPU: relu's mask read from y and folded into the sums pass
+// (MaskedGradTerms in the column kernels, bn_grad_partial_kernel's relu_y) writes relu's own
+// backward's masked gradient and gives the two passes' dx, dweight, dbias, bit for bit.
+TEST_F(NormCudaTest, BatchNormReluMaskFoldedIntoTheSumsPassIsTheTwoPasses) {
+  testing::expect_relu_mask_fold_matches_two_passes(gpu_, cpu_);
+  testing::expect_relu_mask_fold_refusals(gpu_);
 }
 
 // The own kernels' sums are a fixed-order two-stage reduction: the same bits every run.

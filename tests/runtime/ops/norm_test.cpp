@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/batch_norm_fold.h"
 #include "common/batch_norm_kink.h"
 #include "common/expect_error.h"
 #include "common/gradcheck.h"
@@ -253,8 +254,15 @@ TEST_F(NormTest, BatchNormReluPrologueRefusedInEval) {
   Tensor x = constant({4, 3, 5}), dy = constant({4, 3, 5}), dx = Tensor::empty({4, 3, 5}, kFloat64, cpu);
   Tensor mean = constant({3}), invstd = constant({3}, 0.5, 1.5);
   EXPECT_ERROR_CONTAINS(backend.batch_norm_backward(dy, x, Tensor(), mean, invstd, dx, Tensor(), Tensor(), false,
-                                                    BatchNormGradPrologue{true, Tensor()}),
+                                                    BatchNormGradPrologue{true, Tensor(), Tensor(), Tensor()}),
                         "relu prologue recomputes the training forward's output");
+}
+
+// bn → add → relu's backward: relu's mask read from y and folded into the sums pass
+// (BatchNormGradPrologue::relu_output) gives relu's backward then batch norm's, bit for bit.
+TEST_F(NormTest, BatchNormReluMaskFoldedIntoTheSumsPassIsTheTwoPasses) {
+  testing::expect_relu_mask_fold_matches_two_passes(cpu, cpu);
+  testing::expect_relu_mask_fold_refusals(cpu);
 }
 
 // Half types: rounded once (the composition rounds after the normalisation and after the add), so
