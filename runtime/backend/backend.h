@@ -224,8 +224,13 @@ struct BatchNormGradPrologue {
   Tensor masked_dy;
 };
 
+// Whether a batch_norm_backward call takes the per-channel sums: dx in training, dweight or dbias.
+inline bool batch_norm_takes_sums(bool training, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  return (dx.defined() && training) || dweight.defined() || dbias.defined();
+}
+
 // Throws a dp::Error unless `prologue` may be applied to this batch_norm_backward call (the
-// conditions above); need_sums: dx (training), dweight or dbias requested.
+// conditions above); need_sums: batch_norm_takes_sums.
 void check_grad_prologue(const char* op, const BatchNormGradPrologue& prologue, const Tensor& dy, bool training,
                          bool need_sums);
 

@@ -132,8 +132,8 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
         // The gradient of y's pre-relu value, which is also the residual's (y = relu(bn + r)).
         const Tensor saved_y = sy.get(op);
         Tensor masked = Tensor::empty(gy.shape(), gy.dtype(), gy.device(), format);
-        const bool sums_taken = (dx.defined() && training) || dweight.defined() || dbias.defined();
-        if (training && sums_taken && saved_y.strides() == gy.strides()) {
+        // (A size-1 dimension may leave gy's strides unlike y's: then the pass of its own.)
+        if (training && batch_norm_takes_sums(training, dx, dweight, dbias) && saved_y.strides() == gy.strides()) {
           prologue.relu_output = saved_y;  // folded into the sums pass
           prologue.masked_dy = masked;
         } else {
@@ -143,7 +143,7 @@ Tensor batch_norm_with_epilogue(const char* op, const Tensor& x, const Tensor& w
         }
         gy = masked;
       }
-      if (saved_x.numel() > 0 && (dx.defined() || dweight.defined() || dbias.defined())) {
+      if (saved_x.numel() > 0) {
         const Tensor dy = prologue.relu_output.defined() ? g_in : gy;
         saved_x.device().backend().batch_norm_backward(dy, saved_x, sw.get(op), smean.get(op), sinvstd.get(op), dx,
                                                        dweight, dbias, training, prologue);

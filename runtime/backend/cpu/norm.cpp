@@ -390,7 +390,7 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
   const ChannelLayout L = dx.defined() ? ChannelLayout("batch_norm_backward", {&x, &dy, &dx})
                                        : ChannelLayout("batch_norm_backward", {&x, &dy});
   const double count = L.count();
-  const bool need_sums = (dx.defined() && training) || dweight.defined() || dbias.defined();
+  const bool need_sums = batch_norm_takes_sums(training, dx, dweight, dbias);
   check_grad_prologue("batch_norm_backward", prologue, dy, training, need_sums);
   if (prologue.relu_output.defined()) {
     // The CPU masks in a pass of its own (its caches make that pass cheap; the fold is for the

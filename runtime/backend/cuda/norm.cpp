@@ -307,7 +307,7 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   for (const Tensor* t : {&dy, &x, &weight, &save_mean, &save_invstd, &dx, &dweight, &dbias, &prologue.bias,
                           &prologue.relu_output, &prologue.masked_dy})
     if (t->defined()) check_operand(op, *t);
-  check_grad_prologue(op, prologue, dy, training, (dx.defined() && training) || dweight.defined() || dbias.defined());
+  check_grad_prologue(op, prologue, dy, training, batch_norm_takes_sums(training, dx, dweight, dbias));
   check_supported(Kernel::BatchNormBackward, x.dtype());
   DP_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *], got ", x.str());
   DP_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), op, ": gradient ", dy.str(),
