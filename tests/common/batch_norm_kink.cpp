@@ -43,8 +43,8 @@ BatchNormKinkCase batch_norm_kink_case(Device device, Device host, DType dtype, 
   for (int64_t i = 0; i < numel; ++i) c.at_kink += x[i] == c.kink[(i / S) % C];
 
   const DType stats = compute_dtype(dtype);
-  c.x = from_vector<double>(x, shape, host).to(dtype).contiguous(format).to(device);
-  c.upstream = from_vector<double>(upstream, shape, host).to(dtype).contiguous(format).to(device);
+  c.x = from_vector<double>(x, shape, host).to(dtype).to(device).contiguous(format);
+  c.upstream = from_vector<double>(upstream, shape, host).to(dtype).to(device).contiguous(format);
   c.weight = from_vector<double>(weight, {C}, host).to(stats).to(device);
 
   // The statistics as the device's backend saves them (the bias does not change them).
