@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/collective_log.h"
@@ -44,6 +45,18 @@ class Work {
 
   uint64_t sequence() const { return sequence_; }
   const CollectiveFingerprint& fingerprint() const { return fingerprint_; }
+  // Recorded into a CUDA graph rather than run (NOTE [ Collectives in CUDA graphs ] in
+  // comm/nccl/nccl_process_group.h): it never completes and has no time of its own.
+  virtual bool captured() const { return false; }
+  // Groups that time collectives on the device (ProcessGroup::times_on_device): milliseconds of
+  // device time from the moment `first`'s inputs were ready — the compute stream passed the point
+  // where `first` was submitted — to the end of this collective. nullopt when it is not known: a
+  // host backend, a captured or failed collective, or one the device has not run yet (it never
+  // waits). NOTE [ Communication timed on the device ] in comm/ddp/reducer.h.
+  virtual std::optional<double> device_ms_since_ready_of(const Work& first) const {
+    (void)first;
+    return std::nullopt;
+  }
 
  private:
   uint64_t sequence_;
@@ -64,6 +77,9 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend_name() const = 0;  // "mpi", "nccl"
+  // Whether collectives run on a device stream and their Works measure device time
+  // (Work::device_ms_since_ready_of): NCCL. The MPI backend's run on the host, timed by its clock.
+  virtual bool times_on_device() const { return false; }
 
   // In place: every rank's `tensor` becomes the sum (or mean) over ranks.
   virtual WorkPtr all_reduce(const Tensor& tensor, CollectiveReduce op, int64_t tag = kNoTag) = 0;

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -238,11 +239,35 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
                     {"precision", config.run.precision}, {"grad_dtype", config.distributed.grad_dtype}});
 }
 
-// Communication figures of a distributed run: over the whole run and since the last report.
+// The share of `total_ms` of communication that backward hid, in percent: 100 × (1 − exposed /
+// total), kept within [0, 100] (the two are measured apart); NaN when the total is unknown.
+double hidden_percent(double exposed_ms, double total_ms) {
+  if (std::isnan(total_ms)) return total_ms;
+  if (total_ms <= 0) return 100.0;
+  return std::clamp(100.0 * (1.0 - exposed_ms / total_ms), 0.0, 100.0);
+}
+
+// Communication figures of a distributed run: over the whole run and since the last report
+// (host clock, the MPI backend's), and the epoch's spans timed on the device (NCCL: NOTE
+// [ Communication timed on the device ] in comm/ddp/reducer.h; read a step or so late, and set
+// beside the profiler's exposed comm phase, which also covers the epoch so far).
 struct CommTally {
   double run_comm_ms = 0, run_exposed_ms = 0, window_comm_ms = 0, window_exposed_ms = 0;
   int64_t run_steps = 0, window_steps = 0;
   std::map<int, int64_t> last_bucket_counts;
+  double epoch_device_comm_ms = 0;
+  int64_t epoch_device_steps = 0;
+
+  void add_device(const DeviceCommTime& t) {
+    epoch_device_comm_ms += t.comm_ms;
+    epoch_device_steps += t.steps;
+  }
+  void new_epoch() { epoch_device_comm_ms = 0, epoch_device_steps = 0; }
+  // Milliseconds per step on the device's clock over the epoch so far; NaN before one was read.
+  double epoch_device_comm_per_step() const {
+    return epoch_device_steps > 0 ? epoch_device_comm_ms / static_cast<double>(epoch_device_steps)
+                                  : std::numeric_limits<double>::quiet_NaN();
+  }
 
   void add(const ReducerStepStats& s) {
     run_comm_ms += s.comm_ms;
@@ -305,13 +330,15 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
     // On a GPU "data" is the device's wait for the batch; the host's time is this (NOTE [ Step timing on a GPU ]).
     if (profiler.device_timed()) rec["data_host_ms"] = profiler.host_data_ms_per_step();
     if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", window_skipped}};
-    if (comm.window_steps > 0 && !run.device.is_cpu())  // NCCL: only the exposed part is measured (device time)
-      rec["comm"] = {{"exposed_ms", profiler.ms_per_step(Phase::Comm)}};
-    else if (comm.window_steps > 0)
+    if (comm.window_steps > 0 && !run.device.is_cpu()) {  // NCCL: device time, the epoch so far
+      const double exposed = profiler.ms_per_step(Phase::Comm), total = comm.epoch_device_comm_per_step();
+      rec["comm"] = {{"exposed_ms", exposed}};
+      if (comm.epoch_device_steps > 0)
+        rec["comm"].update({{"comm_ms", total}, {"hidden_pct", hidden_percent(exposed, total)}});
+    } else if (comm.window_steps > 0)
       rec["comm"] = {{"comm_ms", comm.window_comm_ms / comm.window_steps},
                      {"exposed_ms", comm.window_exposed_ms / comm.window_steps},
-                     {"hidden_pct", comm.window_comm_ms > 0 ? 100.0 * (1.0 - comm.window_exposed_ms / comm.window_comm_ms)
-                                                            : 100.0}};
+                     {"hidden_pct", hidden_percent(comm.window_exposed_ms, comm.window_comm_ms)}};
     metrics->write(rec);
   }
   comm.new_window();
@@ -451,7 +478,7 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
     CommReport& c = report.comm;
     c.comm_ms = tally.run_comm_ms / tally.run_steps;
     c.exposed_ms = tally.run_exposed_ms / tally.run_steps;
-    c.hidden_fraction = tally.run_comm_ms > 0 ? 1.0 - tally.run_exposed_ms / tally.run_comm_ms : 1.0;
+    c.hidden_fraction = hidden_percent(tally.run_exposed_ms, tally.run_comm_ms) / 100.0;
     c.buckets = static_cast<int>(run.reducer->buckets().size());
     int64_t best = -1;
     for (const auto& [bucket, count] : tally.last_bucket_counts)
@@ -464,14 +491,26 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
                     c.comm_ms, c.exposed_ms, 100.0 * c.hidden_fraction, c.most_often_last_bucket, c.buckets);
     } else {
       // NCCL waits are stream-ordered: the host never sees a collective end, so the reducer's
-      // host-clock figures mean nothing here. The exposed part is the profiler's comm phase, timed
-      // on the device; the total NCCL time (and so the hidden share) is not measured yet.
-      c.comm_ms = c.hidden_fraction = std::numeric_limits<double>::quiet_NaN();
+      // host-clock figures mean nothing here. Both figures are device time over the last epoch:
+      // the profiler's comm phase (exposed) and the reducer's spans (NOTE [ Communication timed
+      // on the device ] in comm/ddp/reducer.h).
       c.exposed_ms = profiler.ms_per_step(Phase::Comm);
-      std::snprintf(line, sizeof line,
-                    "communication (NCCL): %.2f ms/step exposed (device time, last epoch); %d buckets; the total "
-                    "NCCL time, and so the share hidden behind backward, is not measured on GPUs yet",
-                    c.exposed_ms, c.buckets);
+      c.comm_ms = tally.epoch_device_comm_per_step();
+      c.hidden_fraction = hidden_percent(c.exposed_ms, c.comm_ms) / 100.0;
+      c.most_often_last_bucket = c.buckets - 1;  // one stream runs them in order
+      if (tally.epoch_device_steps > 0) {
+        std::snprintf(line, sizeof line,
+                      "communication (NCCL): %.2f ms/step, %.2f ms exposed (%.1f %% hidden behind backward); "
+                      "device time over the last epoch's %lld timed steps; %d buckets",
+                      c.comm_ms, c.exposed_ms, 100.0 * c.hidden_fraction,
+                      static_cast<long long>(tally.epoch_device_steps), c.buckets);
+      } else {  // every step of the epoch replayed as a graph, whose communication is inside it
+        std::snprintf(line, sizeof line,
+                      "communication (NCCL): %.2f ms/step exposed (device time, last epoch); %d buckets; no step of "
+                      "the last epoch ran its collectives eagerly (CUDA graph replays time them inside the graph "
+                      "phase), so the total and the hidden share are not known",
+                      c.exposed_ms, c.buckets);
+      }
     }
     console.line(line);
   }
@@ -732,6 +771,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     const int64_t first_step = epoch == start.epoch + 1 ? start.step_in_epoch : 0;  // resumed mid-epoch
     run.train_loader->begin_epoch(epoch - 1, first_step);
     profiler.reset();
+    if (run.reducer) run.reducer->take_device_comm_time();  // the last epoch's stragglers: not this epoch's
+    comm.new_epoch();
     const Clock::time_point epoch_start = Clock::now();
     ProgressWindow window;
     window.reset(run.device);
@@ -762,6 +803,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       run.train_uploader->release_host_buffers();
       batch.reset();  // hand the buffers back to the loader
       if (stats.comm) comm.add(*stats.comm);
+      if (run.reducer) comm.add_device(run.reducer->take_device_comm_time());  // earlier steps', no wait
       {
         NoGradGuard no_grad;
         window.loss = add(window.loss, stats.loss.detach());
@@ -842,6 +884,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
                  std::to_string(graphed->last_graph_nodes()) + " nodes in the last); the rest ran eagerly (" +
                  std::to_string(config.run.cuda_graph_warmup) + " warm-up steps per batch shape)");
   }
+  if (run.reducer) comm.add_device(run.reducer->take_device_comm_time());  // the device has run every step
   report_end(config, run, console, metrics, profiler, comm, report);
   // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).
   mllog.stop(report.reached_target ||

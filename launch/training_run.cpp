@@ -416,8 +416,10 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   for (const Tensor& p : r.parameters) r.num_parameters += p.numel();
 
   // ---- Optimiser, schedule, loss scaling, objective ----
+  // The model's group: Shampoo gathers its roots over it, from its state on the parameters' device
+  // (NCCL for a GPU's; the MPI group takes only CPU tensors).
   r.optimizer = make_optimizer(config.optimizer, r.model->named_parameters(),
-                               OptimizerContext{world.group, static_cast<int>(config.run.threads)});
+                               OptimizerContext{r.model_group, static_cast<int>(config.run.threads)});
   r.schedule = make_schedule(config, steps_per_epoch);
   // NOTE [ Schedule clock ] (optim/lr_schedule.h): on the device, advanced only by applied steps
   // when schedule.count_skipped_steps is false.

@@ -312,8 +312,8 @@ void Shampoo::compute_roots(int64_t t) {
     Tensor part = all;
     all = Tensor::empty({world * width}, kFloat64, state_device_);
     pg->all_gather(part, all)->wait();
+    gathered = all.to_vector<double>();  // NCCL's wait is stream-ordered: the host waits here
     root_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - comm0).count();
-    gathered = all.to_vector<double>();
   }
   const double* host_all = world == 1 ? mine.data() : gathered.data();
   // Every rank walks every rank's part in the same order: same roots, same failures everywhere.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/backend.h"
@@ -225,12 +227,38 @@ ReducerStepStats Reducer::finish() {
   if (stats.last_bucket < 0) stats.last_bucket = static_cast<int>(buckets_.size()) - 1;
   const Clock::time_point end = Clock::now();
   in_backward_ = false;
+  if (group_.times_on_device() && !buckets_.empty()) {  // NOTE [ Communication timed on the device ]
+    if (work_.front()->captured()) {
+      ++device_time_.untimed;
+    } else {
+      untimed_steps_.push_back({work_.front(), work_.back()});
+      if (untimed_steps_.size() > kMaxUntimedSteps) {
+        untimed_steps_.pop_front();
+        ++device_time_.untimed;
+      }
+    }
+  }
   std::fill(work_.begin(), work_.end(), nullptr);
   stats.exposed_ms = ms_between(backward_done, end);
   stats.comm_ms = buckets_.empty() ? 0 : ms_between(launched_at_.front(), std::max(last_done, backward_done));
   stats.comm_ms = std::max(stats.comm_ms, stats.exposed_ms);
   stats.hidden_fraction = stats.comm_ms > 0 ? 1.0 - stats.exposed_ms / stats.comm_ms : 1.0;
   return stats;
+}
+
+DeviceCommTime Reducer::take_device_comm_time() {
+  // The communication stream runs the steps in order: the first unfinished one ends the scan.
+  while (!untimed_steps_.empty() && untimed_steps_.front().last->is_completed()) {
+    const UntimedStep& s = untimed_steps_.front();
+    if (const std::optional<double> ms = s.last->device_ms_since_ready_of(*s.first)) {
+      device_time_.comm_ms += *ms;
+      ++device_time_.steps;
+    } else {
+      ++device_time_.untimed;  // failed: its error comes from the step's wait
+    }
+    untimed_steps_.pop_front();
+  }
+  return std::exchange(device_time_, DeviceCommTime{});
 }
 
 void Reducer::replan_from_rank0_order() {

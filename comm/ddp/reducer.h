@@ -31,6 +31,20 @@
 // bytes on the network; every rank still receives the same bits, so replicas stay identical.
 // The gradients keep their float32 views and master weights stay float32.
 //
+// NOTE [ Communication timed on the device ]
+// With the MPI backend the collectives run on a host thread, and ReducerStepStats times them with
+// the host's clock: from the first bucket's launch to the last one's completion (comm_ms), and the
+// part finish() waited for (exposed_ms). With NCCL, finish() only makes the compute stream wait
+// (NOTE [ NCCL streams and waits ]), so those host figures measure nothing. There the exposed part
+// is the step profiler's comm phase (device markers around the compute stream's wait, NOTE [ Step
+// timing on a GPU ] in launch/step_profiler.h), and the communication time is the same span on the
+// device's clock: from the moment the first bucket's gradients were ready on the compute stream
+// (its collective's `ready` event) to the end of the last bucket's all-reduce on the communication
+// stream (its `done`), read by Work::device_ms_since_ready_of. The reducer keeps each step's first
+// and last Work until the device has run them and reads them then, usually a step later, so the
+// host never waits for it (take_device_comm_time). A captured step (CUDA graphs) has no times of
+// its own; a replay's communication is inside its graph phase.
+//
 // A parameter that gets no gradient in a step never fires its hook. finish() then either treats
 // its gradient as zero (find_unused_parameters) or fails naming it: otherwise its bucket would
 // never launch on this rank while the others wait for it.
@@ -38,6 +52,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +89,13 @@ struct ReducerStepStats {
   int unused_parameters = 0;
 };
 
+// Communication spans measured on the device (NOTE [ Communication timed on the device ]).
+struct DeviceCommTime {
+  double comm_ms = 0;   // summed over `steps`
+  int64_t steps = 0;    // synchronised steps whose span was read
+  int64_t untimed = 0;  // synchronised steps without one (captured, failed, or dropped unread)
+};
+
 class Reducer {
  public:
   struct Bucket {
@@ -96,6 +118,12 @@ class Reducer {
   // After a synchronised backward: launches what remains (see the NOTE on unused parameters),
   // waits for every bucket and leaves the averaged gradients in .grad.
   ReducerStepStats finish();
+
+  // Groups that time collectives on the device (NCCL): the communication spans of the
+  // synchronised steps the device has finished since the last call — usually up to the step
+  // before the current one; it never waits (after a device synchronisation: every step). Nothing
+  // with groups timed by the host's clock, whose figures are finish()'s.
+  DeviceCommTime take_device_comm_time();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<nn::NamedTensor>& parameters() const { return params_; }
@@ -137,6 +165,15 @@ class Reducer {
   size_t next_to_launch_ = 0;
   std::vector<WorkPtr> work_;
   std::vector<Clock::time_point> launched_at_;
+
+  // NOTE [ Communication timed on the device ]: each synchronised step's first and last Work,
+  // until the device has run them; at most kMaxUntimedSteps (older ones are dropped unread).
+  static constexpr size_t kMaxUntimedSteps = 64;
+  struct UntimedStep {
+    WorkPtr first, last;
+  };
+  std::deque<UntimedStep> untimed_steps_;
+  DeviceCommTime device_time_;  // read, or given up on, since the last take_device_comm_time()
 
   std::vector<size_t> ready_order_;  // recorded during the first synchronised backward
   bool order_recorded_ = false;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "comm/mpi/mpi_check.h"
 #include "comm/nccl/nccl_check.h"
@@ -114,6 +115,9 @@ struct NcclGroupState {
   std::string failure;          // the first failure: non-empty once the group is broken
   CollectiveLog* log;           // the group's; null once the group has gone
   std::deque<Pending> pending;  // submitted and not yet seen to complete, in submission order
+  // The tensors of collectives retired since the submitting thread last came by: dropped there,
+  // never on the watchdog's thread (NOTE [ Freed on the submitting thread ]).
+  std::vector<Tensor> released;
 
   std::string group_context() const {
     return detail::concat("NCCL process group, rank ", rank, " of ", size);
@@ -150,15 +154,19 @@ struct NcclGroupState {
     }
   }
 
-  // Releases the collectives at the front that have run; the communication stream runs them in
-  // order, so the first incomplete one ends the scan.
+  // Retires the collectives at the front that have run (the communication stream runs them in
+  // order, so the first incomplete one ends the scan); their tensors move to `released`.
   void retire_locked() {
     while (!pending.empty() && event_passed(pending.front().work->done_)) {
-      const NcclWork& work = *pending.front().work;
-      set_state(work, work.error_.empty() ? CollectiveState::Completed : CollectiveState::Failed);
+      Pending& done = pending.front();
+      set_state(*done.work, done.work->error_.empty() ? CollectiveState::Completed : CollectiveState::Failed);
+      for (Tensor* t : {&done.input, &done.output})
+        if (t->defined()) released.push_back(std::move(*t));
       pending.pop_front();
     }
   }
+  // On the submitting thread only: lets the retired collectives' tensors go.
+  void drop_released_locked() { std::vector<Tensor>().swap(released); }
 
   // Breaks the group: `text` (with its context) becomes the failure, the communicator is aborted
   // and every incomplete collective fails; `culprit` (if any) with `text` itself. Their tensors
@@ -238,6 +246,20 @@ bool NcclWork::is_completed() const {
   }
   if (captured_) return false;  // runs only inside replays (NOTE [ Collectives in CUDA graphs ])
   return done_passed();
+}
+
+std::optional<double> NcclWork::device_ms_since_ready_of(const Work& first) const {
+  const auto* from = dynamic_cast<const NcclWork*>(&first);
+  if (from == nullptr || from->state_ != state_ || !timed_ || !from->timed_) return std::nullopt;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!error_.empty() || !from->error_.empty()) return std::nullopt;
+  }
+  if (cudaEventQuery(done_) != cudaSuccess || cudaEventQuery(from->ready_) != cudaSuccess) return std::nullopt;
+  float ms = 0;
+  DP_CUDA_CHECK(state_->device, cudaEventElapsedTime(&ms, from->ready_, done_), "timing ", state_->context(*this),
+                " from the start of ", state_->context(*from));
+  return static_cast<double>(ms);
 }
 
 void NcclWork::wait() {
@@ -412,6 +434,7 @@ void NcclProcessGroup::shut_down() noexcept {
       std::lock_guard lock(state_->mutex);
       state_->retire_locked();
       state_->pending.clear();  // only after a CUDA error could any be left
+      state_->drop_released_locked();
       state_->log = nullptr;
     }
     if (comm_stream_ != nullptr) DP_CUDA_REPORT(gpu_.index(), cudaStreamDestroy(comm_stream_));
@@ -478,8 +501,12 @@ void NcclProcessGroup::check_reduction(const char* op, DType dtype, CollectiveRe
 std::shared_ptr<NcclWork> NcclProcessGroup::open_work_locked(const CollectiveFingerprint& fingerprint,
                                                               bool host_wait, bool capturing) {
   // Retiring queries events, which the capturing thread must not do: it would invalidate the
-  // capture (the watchdog, on its own thread, goes on retiring meanwhile).
-  if (!capturing) state_->retire_locked();
+  // capture (the watchdog, on its own thread, goes on retiring meanwhile). Memory freed during a
+  // capture would stay the graph's until it is destroyed, so the tensors wait for the next step.
+  if (!capturing) {
+    state_->retire_locked();
+    state_->drop_released_locked();
+  }
   const uint64_t sequence = log_.append(fingerprint);
   std::shared_ptr<NcclWork> work(new NcclWork(sequence, fingerprint, state_, backend_.stream(), host_wait));
   if (!state_->failure.empty()) {
@@ -516,9 +543,13 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
   work->captured_ = captured;
   if (!work->error_.empty()) return work;
   try {
-    // NOTE [ NCCL streams and waits ]; under capture the same calls become the graph's edges
-    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->ready_, cudaEventDisableTiming));
-    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->done_, cudaEventDisableTiming));
+    // NOTE [ NCCL streams and waits ]; under capture the same calls become the graph's edges.
+    // Outside one the events also time the collective (NOTE [ Communication timed on the device ]
+    // in comm/ddp/reducer.h); an event recorded in a capture has no time of its own.
+    const unsigned event_flags = captured ? cudaEventDisableTiming : cudaEventDefault;
+    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->ready_, event_flags));
+    DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->done_, event_flags));
+    work->timed_ = !captured;
     DP_CUDA_CHECK(device, cudaEventRecord(work->ready_, backend_.stream()));
     DP_CUDA_CHECK(device, cudaStreamWaitEvent(comm_stream_, work->ready_, 0));
     ncclComm_t comm = state_->comm;
@@ -657,6 +688,7 @@ void NcclProcessGroup::synchronize() {
   last->synchronize();  // the stream runs them in order: the last one done is all done
   std::lock_guard lock(state_->mutex);
   state_->retire_locked();  // their tensors go and the log says Completed now, not at the next poll
+  state_->drop_released_locked();
 }
 
 }  // namespace dp

@@ -27,6 +27,16 @@
 // Work is kept, so freeing a tensor right after submitting never lets the memory pool hand its
 // memory to other work while NCCL still uses it (NOTE [ CUDA memory pool ]).
 //
+// NOTE [ Freed on the submitting thread ]
+// The watchdog finds most collectives done, but it never drops their tensors: a tensor whose last
+// handle the group holds (SyncBatchNorm's temporaries) would be freed on the watchdog's thread,
+// and the CUDA backend's frees are not made for that — during a CUDA graph capture on the
+// training thread a free must go to the graph's memory (NOTE [ Graph memory ] in
+// runtime/backend/cuda/cuda_backend.h), and a cudaFreeAsync on the capturing stream from another
+// thread would be recorded into the graph and run at every replay. Retired tensors wait in the
+// group's state until the submitting thread's next submission (outside a capture) or
+// synchronize(), or the group's destruction, and are dropped there.
+//
 // NOTE [ NCCL errors and abort ]
 // The communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL call blocks the host, so
 // a collective that never completes can always be aborted. Each group runs a watchdog thread that,
@@ -77,6 +87,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -117,7 +128,11 @@ class NcclWork final : public Work {
   // captured collective (NOTE [ Collectives in CUDA graphs ]).
   void synchronize();
   // Recorded into a CUDA graph rather than run (NOTE [ Collectives in CUDA graphs ]).
-  bool captured() const { return captured_; }
+  bool captured() const override { return captured_; }
+  // From `first`'s `ready` to this collective's `done` (both on the device's clock: events with
+  // timing, except in a capture); nullopt until `done` has passed, for a captured or failed
+  // collective, and for a `first` of another group.
+  std::optional<double> device_ms_since_ready_of(const Work& first) const override;
 
  private:
   friend class NcclProcessGroup;
@@ -132,6 +147,7 @@ class NcclWork final : public Work {
   bool captured_ = false;         // NOTE [ Collectives in CUDA graphs ]
   CUevent_st* ready_ = nullptr;   // on the compute stream, before the collective
   CUevent_st* done_ = nullptr;    // on the communication stream, after it
+  bool timed_ = false;            // ready_ and done_ record times (not in a capture, not a replay)
   std::string error_;             // guarded by the state's mutex; non-empty: failed
 };
 
@@ -152,6 +168,7 @@ class NcclProcessGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend_name() const override { return "nccl"; }
+  bool times_on_device() const override { return true; }
 
   WorkPtr all_reduce(const Tensor& tensor, CollectiveReduce op, int64_t tag = kNoTag) override;
   WorkPtr broadcast(const Tensor& tensor, int root, int64_t tag = kNoTag) override;

@@ -5,6 +5,7 @@
 // steps run eagerly end, bit for bit. Run by mpirun with 1 and 2 ranks like every NCCL test.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -170,6 +171,37 @@ TEST_F(NcclGraphTest, ReducerStepReplaysEndWhereEagerStepsEnd) {
     EXPECT_EQ(differ, 0) << name << ": replayed steps differ from eager ones";
   }
   EXPECT_NE(graphed.w1.to_vector<float>(), initial) << "the steps did not train";
+}
+
+// NOTE [ Communication timed on the device ] (comm/ddp/reducer.h): each eager step's bucket
+// all-reduces are timed on the device's clock, from the first bucket's ready to the last one's end
+// — within the host's wall time of the steps —, read once the device has run them; a captured
+// step has no time of its own and is counted untimed.
+TEST_F(NcclGraphTest, EagerStepsCommunicationIsTimedOnTheDeviceAndCapturedStepsAreNot) {
+  DdpStep ddp(gpu_, *group_);
+  Generator gen(77 + rank());
+  const Tensor x = randn({16, 8}, gen, kFloat32, gpu_), target = randn({16, 4}, gen, kFloat32, gpu_);
+  group_->synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < 3; ++s) ddp.run(x, target);
+  group_->synchronize();  // the device has run every step
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const DeviceCommTime eager = ddp.reducer->take_device_comm_time();
+  EXPECT_EQ(eager.steps, 3);
+  EXPECT_EQ(eager.untimed, 0);
+  EXPECT_GT(eager.comm_ms, 0.0);
+  EXPECT_LT(eager.comm_ms, wall_ms);
+  EXPECT_EQ(ddp.reducer->take_device_comm_time().steps, 0) << "a span is taken once";
+
+  ASSERT_TRUE(ddp.reducer->settled());
+  const uint64_t first = group_->log().next_sequence();
+  std::unique_ptr<DeviceGraph> graph = capture_graph(backend(), [&] { ddp.run(x, target); });
+  const auto collectives = static_cast<int64_t>(group_->log().next_sequence() - first);
+  group_->replay_graph([&] { graph->replay(); }, collectives)->wait();
+  group_->synchronize();
+  const DeviceCommTime captured = ddp.reducer->take_device_comm_time();
+  EXPECT_EQ(captured.steps, 0);
+  EXPECT_EQ(captured.untimed, 1);
 }
 
 }  // namespace

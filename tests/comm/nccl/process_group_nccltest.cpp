@@ -337,6 +337,30 @@ TEST_F(NcclProcessGroupTest, DroppedTensorsStayAliveUntilTheCollectiveRuns) {
   EXPECT_EQ(overwritten, 0);
 }
 
+// NOTE [ Freed on the submitting thread ]: a collective's tensor whose last handle the group
+// holds outlives the collective until the submitting thread comes back (here synchronize()),
+// however long the watchdog (polling every 100 ms at most) has known that it ran.
+TEST_F(NcclProcessGroupTest, RetiredTensorsAreFreedOnTheSubmittingThreadNotTheWatchdogs) {
+  constexpr int64_t n = int64_t(1) << 22;
+  const Tensor input = full({n}, 1.0, kFloat32, gpu_);
+  group_->synchronize();
+  WorkPtr work;
+  {
+    Tensor dropped = empty({size() * n}, kFloat32, gpu_);  // the group's handle is the last one
+    work = group_->all_gather(input, dropped);
+  }
+  dynamic_cast<NcclWork&>(*work).synchronize();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the watchdog retires it meanwhile
+  gpu_backend().synchronize();
+  const size_t held = gpu_backend().pool_stats().used_bytes;
+  group_->synchronize();
+  gpu_backend().synchronize();
+  const size_t after = gpu_backend().pool_stats().used_bytes;
+  EXPECT_GE(held, after + static_cast<size_t>(size() * n) * sizeof(float))
+      << "the watchdog's thread freed the retired collective's output (held " << held << " bytes, then " << after
+      << ")";
+}
+
 TEST_F(NcclProcessGroupTest, LogRecordsSequenceFingerprintAndState) {
   Tensor a = on_gpu(std::vector<float>(10, 1.0f));
   WorkPtr w0 = group_->all_reduce(a, CollectiveReduce::Average, /*tag=*/0);
