@@ -108,7 +108,7 @@ World reconcile_world(const LauncherEnv& launcher, const MpiLayout& mpi) {
            mpi.rank, "): ranks that share a node disagree on who is who, so they would bind the "
            "wrong devices; check that every node has a distinct hostname and that no launcher "
            "variables leaked in from an outer job");
-  return World{mpi.rank, mpi.size, mpi.local_rank, mpi.local_size, launcher.launcher};
+  return World{mpi.rank, mpi.size, mpi.local_rank, mpi.local_size, launcher.launcher, mpi.nodes};
 }
 
 std::string device_for_rank(const std::string& configured, const World& world) {

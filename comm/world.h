@@ -41,12 +41,14 @@ LauncherEnv parse_launcher_env(const EnvMap& env);
 // What MPI's communicator says (MPI_COMM_WORLD and its MPI_COMM_TYPE_SHARED split).
 struct MpiLayout {
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  int nodes = 1;  // shared-memory domains (nodes) the world spans
 };
 
 struct World {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // on this node, from MPI's shared-memory split
   std::string launcher = "none";       // whose variables were checked
+  int nodes = 1;                       // nodes the world spans (MpiLayout::nodes)
 };
 
 // Checks the launcher's view against MPI's and returns the world; throws dp::Error saying how to

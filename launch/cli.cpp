@@ -56,16 +56,30 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
                        "Share of the documents held out for evaluation, written to <out>/eval (0: none)")
       ->check(CLI::Range(0.0, 0.5));
   prep_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
+  ScalingReportArgs report;
+  CLI::App* report_app = app.add_subcommand(
+      "scaling-report", "Compare runs of one recipe at several sizes from their metrics files: throughput, speedup, "
+                        "efficiency, step time by phase, communication (docs/scaling.md; exit 2 on unreadable input)");
+  report_app->add_option("runs", report.runs, "Metrics files, or run folders holding metrics.jsonl")->required();
+  report_app->add_option("--baseline", report.baseline, "The run to compare with (default: the one with the fewest "
+                                                        "ranks)");
+  report_app->add_option("--format", report.format, "table (default), markdown, csv or json")
+      ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
+  report_app->add_option("--skip", report.skip_records, "Step records dropped at each run's start as warm-up "
+                                                        "(default 1)")
+      ->check(CLI::NonNegativeNumber);
+  report_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
   try {
     app.parse(argc, argv);
-    if (!check_app->parsed() && !prep_app->parsed() && args.config_path.empty())
+    if (!check_app->parsed() && !prep_app->parsed() && !report_app->parsed() && args.config_path.empty())
       throw CLI::RequiredError(config->get_name());
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help/version (exit 0) or the error with a usage hint (non-zero)
-    return code != 0 && check_app->parsed() ? 2 : code;
+    return code != 0 && (check_app->parsed() || report_app->parsed()) ? 2 : code;
   }
   if (check_app->parsed()) args.check_mllog = check;
   if (prep_app->parsed()) args.prepare_text = prep;
+  if (report_app->parsed()) args.scaling_report = report;
   if (!resume.empty()) args.overrides.push_back("run.resume=" + resume);
   return args;
 }

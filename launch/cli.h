@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "launch/prepare_text.h"
+#include "launch/scaling_report.h"
 
 namespace dp {
 
@@ -23,6 +24,7 @@ struct CliArgs {
   bool print_config = false;           // print the resolved config and exit
   std::optional<CheckMllogArgs> check_mllog;  // set: run the check instead of training
   std::optional<PrepareTextArgs> prepare_text;  // set: make text shards instead of training
+  std::optional<ScalingReportArgs> scaling_report;  // set: compare runs' metrics instead of training
 };
 
 // Parses argv. Returns the arguments, or the exit code when the program should stop now

@@ -3,6 +3,7 @@
 //   mpirun -np 4 dptrain --config ...      srun -n 4 dptrain --config ...   (Slurm with PMIx)
 //   dptrain check-mllog FILE --benchmark resnet|bert     (MLPerf log compliance, docs/mllog.md)
 //   dptrain prepare-text [FILE ...] --out DIR [--vocab vocab.txt]   (BERT's token shards)
+//   dptrain scaling-report RUN... [--baseline RUN] [--format table|markdown|csv|json]   (docs/scaling.md)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   if (const auto& check = args.check_mllog)
     return dp::run_check_mllog(check->path, dp::parse_mllog_benchmark(check->benchmark), stdout, stderr);
   if (const auto& prepare = args.prepare_text) return dp::run_prepare_text(*prepare, stdout, stderr);
+  if (const auto& report = args.scaling_report) return dp::run_scaling_report(*report, stdout, stderr);
   int rank = 0, world_size = 1;
   // First, before MPI and every computing thread, which inherit its blocked signals (NOTE
   // [ Signals on one thread ]); destroyed last.
@@ -141,7 +143,7 @@ int main(int argc, char** argv) {
     }
     dp::TrainReport report =
         dp::train(config, runtime, console, metrics.get(),
-                  dp::RunWorld{group.get(), gpu_group.get(), device, batch_norm_group.get()}, &*stop_signals);
+                  dp::RunWorld{group.get(), gpu_group.get(), device, batch_norm_group.get(), world.nodes}, &*stop_signals);
     char line[400];
     std::snprintf(line, sizeof line, "%s: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   report.stop_signal ? dp::StopSignals::name(report.stop_signal) : "done",

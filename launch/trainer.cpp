@@ -26,6 +26,7 @@
 #include "launch/step_profiler.h"
 #include "launch/training_run.h"
 #include "launch/stop_signals.h"
+#include "launch/version.h"
 #include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/core/host_sync.h"
@@ -232,11 +233,28 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
        << ", " << run.plan.local_shards << " per rank trained one after another"
        << (config.distributed.sync_batchnorm ? "" : "; BatchNorm over each shard");
   console.line(os.str());
-  if (metrics)
-    metrics->write({{"event", "start"}, {"model", config.model.name}, {"parameters", run.num_parameters},
-                    {"device", run.device.str()}, {"threads", config.run.threads},
-                    {"steps_per_epoch", run.plan.steps_per_epoch}, {"world_size", run.world_size},
-                    {"precision", config.run.precision}, {"grad_dtype", config.distributed.grad_dtype}});
+  if (metrics) {
+    nlohmann::json rec = {{"event", "start"},
+                          {"version", kDptrainVersion},
+                          {"model", config.model.name},
+                          {"parameters", run.num_parameters},
+                          {"device", run.device.str()},
+                          {"threads", config.run.threads},
+                          {"steps_per_epoch", run.plan.steps_per_epoch},
+                          {"world_size", run.world_size},
+                          {"nodes", run.nodes},
+                          {"precision", config.run.precision},
+                          {"grad_dtype", config.distributed.grad_dtype},
+                          {"unit", run.plan.token_batching ? "sequences" : "samples"}};
+    // Fixed batches (what a scaling study compares: NOTE [ Scaling report ]); max_tokens batches vary.
+    if (!run.plan.token_batching || config.data.batching == "fixed") {
+      rec["global_batch"] = config.data.batch_size;
+      rec["per_rank_batch"] = config.data.batch_size / run.world_size;
+    } else {
+      rec["max_tokens"] = config.data.max_tokens;
+    }
+    metrics->write(rec);
+  }
 }
 
 // The share of `total_ms` of communication that backward hid, in percent: 100 × (1 − exposed /

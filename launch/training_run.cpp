@@ -305,6 +305,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   r.group = world.group;
   r.world_size = world.group ? world.group->size() : 1;
   r.rank = world.group ? world.group->rank() : 0;
+  r.nodes = world.nodes;
   if (r.world_size > 1) {
     DP_CHECK(r.device.is_cpu() || (world.device_group != nullptr && world.device_group->size() == r.world_size),
              "train: ", r.device.str(), " on ", r.world_size, " ranks needs a process group for GPU tensors (NCCL) "

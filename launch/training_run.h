@@ -48,6 +48,7 @@ struct RunWorld {
   // distributed.sync_batchnorm: a group over the same ranks for BatchNorm statistics alone, on
   // the model's device (NOTE [ Dedicated group for batch statistics ]); required then.
   ProcessGroup* batch_norm_group = nullptr;
+  int nodes = 1;  // nodes the ranks run on (comm/world.h World::nodes), for the metrics' start record
 };
 
 // NOTE [ Fixed shards ]
@@ -84,6 +85,7 @@ struct TrainingRun {
   // ---- World ----
   Device device, cpu;
   int rank = 0, world_size = 1;
+  int nodes = 1;
   ProcessGroup* group = nullptr;        // MPI (CPU tensors); null for one process
   ProcessGroup* model_group = nullptr;  // the model's tensors: `group` on the CPU, NCCL on a GPU
   ProcessGroup* batch_norm_group = nullptr;  // distributed.sync_batchnorm's group; null without it

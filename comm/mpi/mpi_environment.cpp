@@ -55,6 +55,10 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
     check_mpi(rank_rc, "MPI_Comm_rank", "MpiEnvironment: local rank");
     check_mpi(size_rc, "MPI_Comm_size", "MpiEnvironment: ranks on this node");
     check_mpi(free_rc, "MPI_Comm_free", "MpiEnvironment: node communicator");
+    // Nodes: one local rank 0 each (a scaling study's records say how many the run spanned).
+    int node_leader = layout_.local_rank == 0 ? 1 : 0;
+    check_mpi(MPI_Allreduce(&node_leader, &layout_.nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce",
+              "MpiEnvironment: counting the nodes");
   } catch (...) {
     MPI_Finalize();  // best effort: already failing
     throw;

@@ -92,9 +92,10 @@ TEST(ReconcileWorld, NoLauncherTakesMpiAsItIs) {
 
 // The local rank is MPI's shared-memory numbering even when the launcher gives none (PMIx).
 TEST(ReconcileWorld, LocalRankComesFromMpi) {
-  World w = reconcile_world(parse_launcher_env({{"PMIX_RANK", "5"}}), MpiLayout{5, 8, 1, 4});
+  World w = reconcile_world(parse_launcher_env({{"PMIX_RANK", "5"}}), MpiLayout{5, 8, 1, 4, 2});
   EXPECT_EQ(w.local_rank, 1);
   EXPECT_EQ(w.local_size, 4);
+  EXPECT_EQ(w.nodes, 2);
 }
 
 TEST(ReconcileWorld, SrunWithoutPmixSaysHowToLaunch) {

@@ -23,6 +23,7 @@ using dp::testing::model_digest;
 using dp::testing::ProgramResult;
 using dp::testing::run_program;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // mpirun as CI runs it: as root, more ranks than cores, a hard time limit (" -np N " follows).
 const std::string kMpirun = "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none";
@@ -69,6 +70,34 @@ class Distributed : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// A scaling study in small (NOTE [ Scaling report ]): the same recipe on one process and on two
+// ranks, each in its own folder, then `dptrain scaling-report` over both.
+TEST_F(Distributed, ScalingReportComparesAOneAndATwoRankRun) {
+  const std::string args = " --config " + config("c.yaml") + " --set run.output_dir=";
+  const ProgramResult one = run_program(dptrain_binary() + args + (dir_ / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const ProgramResult two = run_program(kMpirun + " -np 2 " + dptrain_binary() + args + (dir_ / "two").string());
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  std::ifstream start_record(dir_ / "two" / "metrics.jsonl");
+  std::string start;
+  std::getline(start_record, start);
+  EXPECT_THAT(start, HasSubstr("\"world_size\":2"));
+  EXPECT_THAT(start, HasSubstr("\"nodes\":1"));
+  EXPECT_THAT(start, HasSubstr("\"global_batch\":64"));
+  EXPECT_THAT(start, HasSubstr("\"per_rank_batch\":32"));
+  const ProgramResult report = run_program(dptrain_binary() + " scaling-report " + (dir_ / "one").string() + " " +
+                                           (dir_ / "two").string());
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_THAT(report.output, HasSubstr("small_cnn, fp32, cpu; strong scaling: global batch 64 in every run; baseline " +
+                                       (dir_ / "one").string() + " (1 rank)"));
+  EXPECT_THAT(report.output, HasSubstr((dir_ / "one").string() + " (baseline)"));
+  EXPECT_THAT(report.output, HasSubstr("hidden"));
+  EXPECT_THAT(report.output, Not(HasSubstr("warning")));
+  const ProgramResult missing = run_program(dptrain_binary() + " scaling-report " + (dir_ / "three").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("dptrain: error: scaling-report: cannot open"));
+}
 
 TEST_F(Distributed, MpirunTwoRanksTrainsWithOneVoice) {
   const ProgramResult r = run_program(kMpirun + " -np 2 " + dptrain_binary() + " --config " + config("c.yaml"));

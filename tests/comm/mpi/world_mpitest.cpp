@@ -20,6 +20,8 @@ TEST(WorldUnderMpirun, AgreesWithMpi) {
   // mpirun here starts every rank on this one machine.
   EXPECT_EQ(world.local_rank, mpi.rank);
   EXPECT_EQ(world.local_size, mpi.size);
+  EXPECT_EQ(mpi.nodes, 1);
+  EXPECT_EQ(world.nodes, 1);
 }
 
 TEST(WorldUnderMpirun, LauncherClaimingAnotherSizeIsRefused) {
