@@ -351,7 +351,7 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
     if (comm.window_steps > 0 && !run.device.is_cpu()) {  // NCCL: device time, the epoch so far
       const double exposed = profiler.ms_per_step(Phase::Comm), total = comm.epoch_device_comm_per_step();
       rec["comm"] = {{"exposed_ms", exposed}};
-      if (comm.epoch_device_steps > 0)
+      if (comm.epoch_device_steps > 0 && !config.run.cuda_graphs)  // replays: comm is inside the graph phase
         rec["comm"].update({{"comm_ms", total}, {"hidden_pct", hidden_percent(exposed, total)}});
     } else if (comm.window_steps > 0)
       rec["comm"] = {{"comm_ms", comm.window_comm_ms / comm.window_steps},
@@ -516,18 +516,23 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
       c.comm_ms = tally.epoch_device_comm_per_step();
       c.hidden_fraction = hidden_percent(c.exposed_ms, c.comm_ms) / 100.0;
       c.most_often_last_bucket = c.buckets - 1;  // one stream runs them in order
-      if (tally.epoch_device_steps > 0) {
+      // With CUDA graphs the profiler's comm phase averages the few eager steps over every step,
+      // and the spans cover the eager ones only: no common ground for a hidden share.
+      if (config.run.cuda_graphs) c.comm_ms = c.hidden_fraction = std::numeric_limits<double>::quiet_NaN();
+      if (tally.epoch_device_steps > 0 && !config.run.cuda_graphs) {
         std::snprintf(line, sizeof line,
                       "communication (NCCL): %.2f ms/step, %.2f ms exposed (%.1f %% hidden behind backward); "
                       "device time over the last epoch's %lld timed steps; %d buckets",
                       c.comm_ms, c.exposed_ms, 100.0 * c.hidden_fraction,
                       static_cast<long long>(tally.epoch_device_steps), c.buckets);
-      } else {  // every step of the epoch replayed as a graph, whose communication is inside it
+      } else {  // replayed steps' communication is inside their graph phase
         std::snprintf(line, sizeof line,
-                      "communication (NCCL): %.2f ms/step exposed (device time, last epoch); %d buckets; no step of "
-                      "the last epoch ran its collectives eagerly (CUDA graph replays time them inside the graph "
-                      "phase), so the total and the hidden share are not known",
-                      c.exposed_ms, c.buckets);
+                      "communication (NCCL): %.2f ms/step exposed (device time, last epoch); %d buckets; %s",
+                      c.exposed_ms, c.buckets,
+                      config.run.cuda_graphs ? "replayed steps communicate inside their graph phase, so the total and "
+                                               "the hidden share are not split out"
+                                             : "no step was timed on the device, so the total and the hidden share "
+                                               "are not known");
       }
     }
     console.line(line);
