@@ -12,7 +12,10 @@ On a GPU a sample is --block steps queued back to back between two torch.cuda.sy
 calls (bert_step_bench's timing), forward and loss under torch.autocast with --precision bf16 or
 fp16 (no loss scaling: the step time is the point); the cases marked gpu_only run there only.
 Attention is the plain-torch Hugging Face layout (matmul, masked softmax, matmul), "eager" in
-Hugging Face's terms, as dptrain's own.
+Hugging Face's terms, as dptrain's own. --attention sdpa (PyTorch 2.x) runs it through
+torch.nn.functional.scaled_dot_product_attention instead, PyTorch's fused attention (a flash or
+memory-efficient kernel, dropout inside): what a fused attention kernel would give (names end in
+_sdpa).
 """
 import argparse
 import json
@@ -25,7 +28,17 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
 import torch
 
+import make_bert_fixtures
 from make_bert_fixtures import BertForPreTraining
+
+
+def sdpa_forward(self, x, mask):
+    """BertSelfAttention.forward through PyTorch's fused attention; `mask` is additive (0 keeps)."""
+    q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask.eq(0), dropout_p=self.dropout.p if self.training else 0.0)
+    b, _, s, _ = out.shape
+    return out.permute(0, 2, 1, 3).reshape(b, s, -1)
 
 SIZES = {"tiny": (2, 128), "mini": (4, 256), "base": (12, 768), "large": (24, 1024)}  # layers, hidden (heads = hidden / 64)
 # name, size, batch, sequence, gpu_only (bert_step_bench.cpp's cases)
@@ -65,7 +78,13 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--block", type=int, default=10, help="GPU: steps per timed sample")
+    ap.add_argument("--attention", default="eager", choices=["eager", "sdpa"],
+                    help="eager: matmul, masked softmax, matmul (dptrain's layout); sdpa: PyTorch's fused attention")
     args = ap.parse_args()
+    if args.attention == "sdpa":
+        if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            ap.error(f"--attention sdpa needs PyTorch 2.0 or later (this is {torch.__version__})")
+        make_bert_fixtures.BertSelfAttention.forward = sdpa_forward
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -75,6 +94,8 @@ def main():
                  "LayerNorm with mixed dtypes)")
     for case_name, size, batch, seq, gpu_only in CASES:
         name = case_name if args.precision == "fp32" else f"{case_name}_{args.precision}"
+        if args.attention == "sdpa":
+            name += "_sdpa"
         if not name.startswith(args.only) or (gpu_only and not cuda):
             continue
         layers, hidden = SIZES[size]

@@ -755,7 +755,8 @@ profile_step() {
   record_pair profile "$t0" "$rc" "$trc" "$STAGE/profile_dptrain.log" "$STAGE/profile_torch.log"
 }
 
-# BERT's training step in bf16 next to PyTorch's (the same Hugging Face layout, eager attention).
+# BERT's training step in bf16 next to PyTorch's (the same Hugging Face layout, eager attention; and
+# BERT-large with PyTorch's fused attention).
 bert_step() {
   local t0=$SECONDS rc=0 trc=0 bin="$BUNDLE_ROOT/bin/bert_step_bench"
   local args=(--device cuda --precision bf16 --warmup "${BERT_WARMUP:-5}" --iters "${BERT_ITERS:-10}"
@@ -768,6 +769,12 @@ bert_step() {
   grep '^{' "$STAGE/bert_dptrain.log" >"$STAGE/bench_bert_dptrain.jsonl" || true
   limited "$STAGE/bert_torch.log" 60 env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/bert_reference.py" "${args[@]}" || trc=$?
   grep '^{' "$STAGE/bert_torch.log" >"$STAGE/bench_bert_torch.jsonl" || true
+  # PyTorch's fused attention (scaled_dot_product_attention) on BERT-large: what a fused attention
+  # kernel would give against dptrain's fused softmax between two cuBLAS GEMMs (issue 13's choice).
+  # A measurement only: its failure does not fail the step.
+  limited "$STAGE/bert_torch_sdpa.log" 45 env PYTHONUNBUFFERED=1 python3 "$ROOT/bench/bert_reference.py" "${args[@]}" \
+    --attention sdpa --only bert_large || true
+  grep '^{' "$STAGE/bert_torch_sdpa.log" >>"$STAGE/bench_bert_torch.jsonl" || true
   python3 - "$STAGE/bench_bert_dptrain.jsonl" "$STAGE/bench_bert_torch.jsonl" >"$STAGE/bert_table.txt" 2>&1 <<'PY' || true
 import json, sys
 def rows(path):
@@ -778,11 +785,12 @@ def rows(path):
             out[r["name"]] = r["median_ms"]
     return out
 d, t = rows(sys.argv[1]), rows(sys.argv[2])
-print(f"{'case':28} {'dptrain ms':>11} {'torch ms':>10} {'ratio':>6}")
-for name in sorted(set(d) | set(t)):
-    a, b = d.get(name), t.get(name)
+print(f"{'case':28} {'dptrain ms':>11} {'torch ms':>10} {'ratio':>6} {'torch sdpa ms':>14} {'ratio':>6}")
+for name in sorted(set(d) | {n for n in t if not n.endswith("_sdpa")}):
+    a, b, c = d.get(name), t.get(name), t.get(name + "_sdpa")
     ratio = f"{a / b:.2f}" if a and b else "-"
-    print(f"{name:28} {a if a else '-':>11} {b if b else '-':>10} {ratio:>6}")
+    ratio_sdpa = f"{a / c:.2f}" if a and c else "-"
+    print(f"{name:28} {a if a else '-':>11} {b if b else '-':>10} {ratio:>6} {c if c else '-':>14} {ratio_sdpa:>6}")
 PY
   sed 's/^/   /' "$STAGE/bert_table.txt"
   record_pair bert "$t0" "$rc" "$trc" "$STAGE/bert_dptrain.log" "$STAGE/bert_torch.log"
