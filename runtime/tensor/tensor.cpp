@@ -108,8 +108,12 @@ Tensor Tensor::to(DType target, MemoryFormat format) const {
 
 Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
-  Tensor src = contiguous();
-  Tensor out = Tensor::empty(shape(), dtype(), target);
+  // PyTorch's preserve_format: a channels-last tensor arrives channels-last (its elements are dense
+  // in that order and travel as they are); anything else arrives contiguous.
+  const MemoryFormat format =
+      !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  Tensor src = format == MemoryFormat::ChannelsLast ? *this : contiguous();
+  Tensor out = Tensor::empty(shape(), dtype(), target, format);
   if (src.device().is_cpu()) {
     target.backend().copy_from_host(out.raw_data(), src.raw_data(), src.nbytes());
   } else if (target.is_cpu()) {

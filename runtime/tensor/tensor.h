@@ -108,6 +108,8 @@ class Tensor {
   // Cast written in `format` (the same dtype: contiguous(format)); differentiable, and the
   // gradient comes back in this tensor's own format.
   Tensor to(DType dtype, MemoryFormat format) const;
+  // Copy on `device` (itself when already there); keeps a channels-last layout, as PyTorch's
+  // preserve_format, anything else arrives contiguous. Differentiable.
   Tensor to(Device device) const;
   Tensor detach() const;  // shares storage, no autograd history
   // A view with these sizes and strides at the same offset, without autograd history: for

@@ -75,6 +75,32 @@ TEST_F(MemoryFormatTest, AmbiguousShapesKeepTheirIntentWithoutACopy) {
   EXPECT_EQ(flat.to_vector<double>(), (std::vector<double>{0, 100, 200, 300, 400, 1000, 1100, 1200, 1300, 1400}));
 }
 
+// Tensor::to(Device) keeps channels-last, as PyTorch's preserve_format (a second CPU backend is
+// another device: the copy takes the cross-device path a GPU's does); a view that is dense in
+// neither order arrives contiguous; gradients come back to the source.
+TEST_F(MemoryFormatTest, MovingToAnotherDeviceKeepsChannelsLast) {
+  CpuBackend other_backend(1);
+  const Device other(&other_backend);
+  const Tensor x = numbered({2, 3, 4, 5}).contiguous(MemoryFormat::ChannelsLast).set_requires_grad(true);
+  const Tensor moved = x.to(other);
+  EXPECT_EQ(moved.device(), other);
+  EXPECT_TRUE(moved.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(moved.is_contiguous());
+  EXPECT_EQ(moved.to_vector<double>(), x.to_vector<double>());
+  const Tensor nchw = numbered({2, 3, 4, 5});
+  EXPECT_TRUE(nchw.to(other).is_contiguous());
+  const Tensor narrowed = nchw.narrow(3, 1, 3);  // dense in neither order
+  const Tensor narrowed_moved = narrowed.to(other);
+  EXPECT_TRUE(narrowed_moved.is_contiguous());
+  EXPECT_EQ(narrowed_moved.to_vector<double>(), narrowed.to_vector<double>());
+  const Tensor half_batch = x.detach().narrow(0, 1, 1);  // channels-last at an offset
+  EXPECT_EQ(half_batch.to(other).to_vector<double>(), half_batch.to_vector<double>());
+  sum(mul(moved, 2.0)).backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().device(), cpu);
+  EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(x.numel(), 2.0));
+}
+
 TEST_F(MemoryFormatTest, FlattenOfAChannelsLastMapIsInNchwOrder) {
   const Tensor x = numbered({1, 2, 2, 2});
   const Tensor flat = x.contiguous(MemoryFormat::ChannelsLast).flatten(1);  // needs a copy
