@@ -90,7 +90,11 @@ void expect_resnet_residual_sums_in_place(Device device, Generator& gen, bool bf
       AutocastGuard autocast(bf16_channels_last ? kBFloat16 : kFloat32);
       return cross_entropy(model->forward(x), y);
     };
-    const BackwardStats stats = compare_backward(device, params, loss, bf16_channels_last ? 0.05 : 1e-4);
+    // bf16 rounds every backward op; on a GPU the two runs may also differ in cuDNN's algorithms
+    // (chosen by timing, separately for the calls that add into dx) and their atomics. A CPU probe
+    // that nudged the rounding reached 0.76 of 0.05; a GPU run gets twice that margin.
+    const double bf16_tol = device.is_cpu() ? 0.05 : 0.1;
+    const BackwardStats stats = compare_backward(device, params, loss, bf16_channels_last ? bf16_tol : 1e-4);
     EXPECT_EQ(stats.sums, 0);
     EXPECT_EQ(stats.sums_in_place, c.blocks);
   }
