@@ -124,10 +124,12 @@ pml = ob1
 btl = self,vader
 EOF
 
-  local gz
-  for gz in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-    [[ -f "$DATASET_DIR/$gz.gz" ]] || die "$DATASET_DIR/$gz.gz is missing (Debian's dataset-fashion-mnist)"
-    cp -L "$DATASET_DIR/$gz.gz" "$stage/data/"
+  # Carried uncompressed (the loader reads plain idx files too): xz packs the raw images into
+  # 4 MiB less than Debian's gzip files, which xz cannot shrink further.
+  local idx
+  for idx in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    [[ -f "$DATASET_DIR/$idx.gz" ]] || die "$DATASET_DIR/$idx.gz is missing (Debian's dataset-fashion-mnist)"
+    gzip -dc "$DATASET_DIR/$idx.gz" >"$stage/data/$idx" || die "could not decompress $DATASET_DIR/$idx.gz"
   done
   cp "$ROOT"/configs/*.yaml "$stage/configs/"
   # The BERT demo's shards (Debian's fortunes, as configs/bert_tiny.yaml says) for the packing step.
