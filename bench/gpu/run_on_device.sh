@@ -22,7 +22,7 @@ GPU_DIR="$ROOT/bench/gpu"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-device}"
 BUNDLE="$BUILD_DIR/bundle.tar.xz"
 # Programs to build and carry (CMake targets).
-TARGETS="${TARGETS:-runtime_tests comm_nccl_tests dptrain train_step_bench bert_step_bench batch_norm_probe cudnn_fusion_probe}"
+TARGETS="${TARGETS:-runtime_tests comm_nccl_tests launch_tests dptrain train_step_bench bert_step_bench batch_norm_probe cudnn_fusion_probe}"
 CARRY_LIMIT_BYTES=$((64 * 1024 * 1024))         # the device tool carries 64 MiB in all
 DATASET_DIR="${DATASET_DIR:-/usr/share/datasets/fashion-mnist}"
 # Provided by the GPU machine, never carried (matched on the library file name).
@@ -352,6 +352,9 @@ test_on_device() {
 #   graphs     the train step's recipe with run.cuda_graphs (>= 89.5 %, steps replayed), 200 fp16
 #              steps with loss scaling and clipping inside the graph, and an MLP with dropout eager
 #              and graphed (the same model digest: replays draw the eager masks)
+#   launch     launch_tests' GPU cases ($LAUNCH_FILTER): dptrain graphed against eager (losses, dropout
+#              masks, fp16 loss scale and skips with clipping) and the step profiler's device timing;
+#              they start the carried dptrain, relocated so that it starts by itself (DPTRAIN_BINARY)
 #   shampoo    dptrain configs/fashion_mnist_shampoo.yaml on the GPU for 1 epoch (>= 87 %), Shampoo's
 #              state and kernels on the GPU, its roots on the host; the optimiser phase's ms/step
 #   bench      train_step_bench --device cuda --tf32 and torch_gpu_step.py, then the ratio table
@@ -373,7 +376,7 @@ test_on_device() {
 PROVE_BUDGET_S="${PROVE_BUDGET_S:-555}"
 # The steps to run (all by default). A follow-up call in a session whose device time is short runs
 # a few: e.g. PROVE_STEPS="cuda_tests rn50 profile" after a kernel change. facts always runs.
-PROVE_ALL_STEPS="cuda_tests nccl_tests train nosync graphs shampoo bench rn50 bert packing profile memcheck bnorm fusion"
+PROVE_ALL_STEPS="cuda_tests nccl_tests train nosync graphs launch shampoo bench rn50 bert packing profile memcheck bnorm fusion"
 PROVE_STEPS="${PROVE_STEPS:-$PROVE_ALL_STEPS}"
 STEP_LINES=()
 STEP_FAILED=0
@@ -634,6 +637,20 @@ graphs_step() {
 # the GPU (cuBLAS DGEMM statistics and directions), the roots on the host; the CPU run of the same
 # recipe reached 89.02 % after one epoch (bench/RESULTS.md, "Optimisers"). Records the step time
 # line (its optimiser phase) and the root summary.
+# launch_tests' cases that need a GPU (the rest of launch_tests is CPU work, some of it under mpirun,
+# which the GPU host lacks).
+LAUNCH_FILTER="${LAUNCH_FILTER:-CudaGraphs.AGraphedRunTrainsLikeTheEagerRun:CudaGraphs.DropoutReplaysDrawTheMasksOfTheEagerSteps:CudaGraphs.LossScalingAndClippingRunInsideTheGraph:StepProfiler.GpuPhasesAreReadOneStepLate}"
+launch_step() {
+  local t0=$SECONDS copy
+  if [[ ! -x "$BUNDLE_ROOT/bin/dptrain" ]]; then record launch FAIL 0 "dptrain is not in the bundle"; return; fi
+  # The tests start dptrain by path, without the carried loader: a relocated copy starts by itself.
+  if ! copy="$(relocated_program dptrain 2>"$STAGE/relocate_dptrain.log")"; then
+    record launch FAIL $((SECONDS - t0)) "relocating dptrain failed: $(tail -1 "$STAGE/relocate_dptrain.log")"
+    return
+  fi
+  DPTRAIN_BINARY="$copy" gtest_step launch launch_tests 150 plain --gtest_filter="$LAUNCH_FILTER"
+}
+
 shampoo_step() {
   local t0=$SECONDS rc=0 bin="$BUNDLE_ROOT/bin/dptrain" log="$STAGE/shampoo.log"
   if [[ ! -x "$bin" ]]; then record shampoo FAIL 0 "dptrain is not in the bundle"; return; fi

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace dp::testing {
@@ -39,7 +40,10 @@ std::string mpirun(int ranks) {
   return "timeout 300 mpirun --oversubscribe --allow-run-as-root --bind-to none -np " + std::to_string(ranks) + " ";
 }
 
-std::string dptrain_binary() { return std::string(DPTRAIN_BINARY_DIR) + "/launch/dptrain"; }
+std::string dptrain_binary() {
+  const char* carried = std::getenv("DPTRAIN_BINARY");
+  return carried != nullptr && *carried != '\0' ? carried : std::string(DPTRAIN_BINARY_DIR) + "/launch/dptrain";
+}
 
 std::string model_digest(const std::string& output) {
   const size_t at = output.find("model digest ");

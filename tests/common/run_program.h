@@ -24,7 +24,8 @@ ProgramResult signalled_run(const std::string& launch, const std::filesystem::pa
 // a hard time limit), ready for a program and its arguments.
 std::string mpirun(int ranks);
 
-// The dptrain binary of this build tree.
+// The dptrain binary of this build tree, or $DPTRAIN_BINARY when set (the GPU bundle's `launch`
+// step points it at the carried dptrain, which the build tree's path does not reach there).
 std::string dptrain_binary();
 
 // The 16 hex digits after "model digest " in dptrain's end line; empty when absent.
