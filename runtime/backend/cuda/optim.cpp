@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -124,20 +125,36 @@ std::string describe_run(const Tensor& first, size_t count) {
 }
 
 // Calls launch(tensors, scalars, dtype, first parameter) once per run of consecutive items that
-// may share a launch (same_launch, one dtype, all or none with a device step count).
+// may share a launch (same_launch, one dtype, all or none with a device step count, no buffer
+// named twice). A tensor listed twice (e.g. a tied weight's gradient in a caller's list for
+// clip_grad_norm_on_device_) starts a new run: in one launch its two updates would race, where
+// the contract, and the CPU, apply them one after the other.
 template <typename Scalars, typename Launch>
 void launch_in_runs(const std::vector<Prepared<Scalars>>& items, Launch&& launch) {
   std::vector<MultiTensor> run;
+  std::unordered_set<const void*> in_run;
+  const auto shares_a_buffer = [&](const MultiTensor& t) {
+    for (const void* buffer : t.buffers)
+      if (buffer != nullptr && in_run.count(buffer) != 0) return true;
+    return false;
+  };
+  const auto add = [&](const MultiTensor& t) {
+    run.push_back(t);
+    for (const void* buffer : t.buffers)
+      if (buffer != nullptr) in_run.insert(buffer);
+  };
   for (size_t a = 0; a < items.size();) {
     const Prepared<Scalars>& first = items[a];
-    run.assign(1, first.tensor);
+    run.clear();
+    in_run.clear();
+    add(first.tensor);
     size_t b = a + 1;
     for (; b < items.size(); ++b) {
       const Prepared<Scalars>& next = items[b];
       if (next.dtype != first.dtype || !same_launch(next.s, first.s) ||
-          (next.tensor.step_count == nullptr) != (first.tensor.step_count == nullptr))
+          (next.tensor.step_count == nullptr) != (first.tensor.step_count == nullptr) || shares_a_buffer(next.tensor))
         break;
-      run.push_back(next.tensor);
+      add(next.tensor);
     }
     launch(run, first.s, first.dtype, *first.param);
     a = b;

@@ -280,6 +280,16 @@ std::vector<OpCase> optimizer_cases() {
   };
   clip_case("clip_coefficient_scales_gradients", false);
   clip_case("clip_coefficient_with_inf_sets_found_inf", true);
+  // A tensor listed three times is scaled three times, one after the other (on CUDA: in separate
+  // launches, not racing in one), as a caller's list naming a tied weight's gradient twice would.
+  cases.push_back({"scale_by_repeated_tensor", {Kernel::ScaleBy},
+                   {buffer("grad_a", 1031, -3, 3), buffer("grad_b", 257, -3, 3)},
+                   [](const V& v) {
+                     const Device d = v[0].device();
+                     d.backend().scale_by({v[0], v[1], v[0], v[0]}, scalar_tensor(0.75, kFloat64, d));
+                     return V{v[0], v[1]};
+                   },
+                   false});
   return cases;
 }
 
