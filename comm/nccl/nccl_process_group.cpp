@@ -534,7 +534,12 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   DP_CUDA_CHECK(device, cudaStreamIsCapturing(backend_.stream(), &capture),
                 "NcclProcessGroup: asking whether the compute stream is being captured");
-  const bool captured = capture != cudaStreamCaptureStatusNone;
+  // An earlier operation broke the capture: say so, and leave the group whole (a launch into the
+  // invalidated capture would fail and abort the communicator, hiding the cause behind "broken").
+  DP_CHECK(capture != cudaStreamCaptureStatusInvalidated, where(collective_op_name(fingerprint.op)),
+           ": the compute stream's CUDA graph capture was invalidated by an earlier operation, before this ",
+           "collective (NOTE [ Collectives in CUDA graphs ]); the group is left as it was");
+  const bool captured = capture == cudaStreamCaptureStatusActive;
   DP_CHECK(!(captured && host_wait), where(collective_op_name(fingerprint.op)), ": it blocks the host until every ",
            "rank has reached it, which a CUDA graph capture cannot hold (NOTE [ Collectives in CUDA graphs ])");
   if (output.defined()) output.bump_version();  // written in place, asynchronously
