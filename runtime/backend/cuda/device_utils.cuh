@@ -195,8 +195,9 @@ __device__ __forceinline__ A warp_max(A v) {
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `scratch` holds 32 values of A in shared memory; the call begins and ends with a barrier so
-// it may be called repeatedly with the same scratch.
+// `scratch` holds 32 values of A in shared memory. The call begins with a barrier, so it may be
+// called repeatedly with the same scratch; it does not end with one: other writes to scratch
+// after it need a __syncthreads() first (threads may still be reading it).
 template <typename A>
 __device__ __forceinline__ A block_sum(A v, A* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
