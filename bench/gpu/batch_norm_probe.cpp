@@ -14,10 +14,10 @@
 // Per layer shape (N·H·W rows × C channels, with the epilogue ResNet-50 applies there) and dtype:
 //   forward   training: statistics, running stats, y = epilogue(bn(x)) with the epilogue
 //             (relu, or residual add + relu, or none);
-//   backward  what dptrain's autograd runs: dx, dweight, dbias, with ReLU's mask recomputed
-//             inside (relu alone) or made by relu's backward first (with a residual, whose
-//             gradient it is) (cuDNN: BackwardEx with the same bnOps, which also writes the
-//             residual's gradient);
+//   backward  what dptrain's autograd runs in training: dx, dweight, dbias, with ReLU's mask
+//             recomputed from x inside (relu alone) or read from y in the sums pass, which also
+//             writes the masked gradient, the residual's (with a residual) (cuDNN: BackwardEx
+//             with the same bnOps, which also writes the residual's gradient);
 // each for dptrain's kernels and for cuDNN (median of --iters runs, CUDA events), dptrain's
 // achieved bandwidth (bytes its passes move / time), and the totals of a ResNet-50 step (each
 // shape times the number of its layers). Both sides run on the same buffers over and over, so
@@ -44,7 +44,6 @@
 
 #include "bench/gpu/probe_util.h"
 #include "runtime/backend/cuda/norm_kernels.h"
-#include "runtime/backend/cuda/pointwise_kernels.h"
 
 namespace {
 
@@ -187,8 +186,8 @@ Agreement compare_low(const void* got, const void* want, int64_t n, cudnnDataTyp
   for (int64_t i = 0; i < n; ++i) {
     const double x = from_low(a[i], dtype), y = from_low(b[i], dtype);
     const double d = std::abs(x - y) / std::max(1.0, std::abs(y));
-    r.worst = std::max(r.worst, d);
-    if (d > tol || std::isnan(x) != std::isnan(y)) ++off;
+    r.worst = probe::worse(r.worst, d);
+    if (!(d <= tol)) ++off;  // a NaN on either side is off
   }
   r.off_fraction = n ? static_cast<double>(off) / static_cast<double>(n) : 0.0;
   return r;
@@ -198,7 +197,7 @@ double compare_channels(const void* got, const void* want, int64_t c) {
   const std::vector<float> a = download<float>(got, c), b = download<float>(want, c);
   double diff = 0, scale = 1;
   for (int64_t i = 0; i < c; ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+    diff = probe::worse(diff, static_cast<double>(std::abs(a[i] - b[i])));
     scale = std::max(scale, static_cast<double>(std::abs(b[i])));
   }
   return diff / scale;
@@ -320,6 +319,7 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaMemcpy(s->rmean.p, zeros.data(), chan_bytes, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(s->rvar.p, ones.data(), chan_bytes, cudaMemcpyHostToDevice));
       }
+      CHECK_CUDA(cudaDeviceSynchronize());  // the non-blocking stream does not wait for the copies
     }
 
     struct Row {
@@ -340,6 +340,7 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaMemcpy(x.p, hx.data(), act_bytes, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(z.p, hz.data(), act_bytes, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(dy.p, hdy.data(), act_bytes, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaDeviceSynchronize());
       }
       std::printf("\n%s (ms; dptrain's achieved GB/s after its times)\n", dname.c_str());
       std::printf("  %-20s %-12s %5s  %-24s %-24s %-17s %-17s\n", "layer", "epilogue", "count", "dptrain forward",
@@ -377,13 +378,17 @@ int main(int argc, char** argv) {
                                                            workspace.p, stream),
                        "dptrain forward");
         };
-        // As the autograd runs it (runtime/ops/norm.cpp): relu without a residual masks inside the
-        // backward (the relu prologue); with one, relu's backward makes the masked gradient, which is
-        // also the residual's.
-        const bool mask_kernel = relu && residual;
+        // As the autograd runs it in training (runtime/ops/norm.cpp): relu without a residual masks
+        // inside the backward (the relu prologue, the mask recomputed from x); with one, the mask
+        // comes from y, folded into the sums pass, which also writes the masked gradient (the
+        // residual's) to masked_dy.
         dp::cuda::BatchNormBackwardArgs ba;
-        ba.dy = mask_kernel ? dy_masked.p : dy.p;
+        ba.dy = dy.p;
         ba.relu = relu && !residual;
+        if (relu && residual) {
+          ba.relu_output = y_ours.p;
+          ba.masked_dy = dy_masked.p;
+        }
         ba.bias = bias.p;
         ba.x = x.p;
         ba.weight = weight.p;
@@ -393,10 +398,6 @@ int main(int argc, char** argv) {
         ba.dweight = ours.dweight.p;
         ba.dbias = ours.dbias.p;
         auto ours_backward = [&] {
-          if (mask_kernel)
-            check_launch(dp::cuda::launch_unary_backward(dp::cuda::UnaryKind::Relu, y_ours.p, y_ours.p, dy.p,
-                                                         dy_masked.p, dtype, elems, stream),
-                         "dptrain relu mask");
           check_launch(dp::cuda::launch_batch_norm_backward(ba, dtype, dp::DType::Float32, shape, true, workspace.p,
                                                             stream),
                        "dptrain backward");
@@ -452,10 +453,10 @@ int main(int argc, char** argv) {
         }
 
         // dptrain's passes: forward statistics (read x) + apply (read x [+ z], write y); backward
-        // [mask (read y, dy, write), with a residual] + sums (read dy, x) + dx (read dy, x, write dx).
+        // sums (read dy, x [+ y, write the masked dy, with a residual]) + dx (read dy, x, write dx).
         const double bytes = static_cast<double>(elems) * 2;
         const double fwd_gbs = bytes * (residual ? 4 : 3) / (row.t.ours_fwd * 1e6);
-        const double bwd_gbs = bytes * (mask_kernel ? 8 : 5) / (row.t.ours_bwd * 1e6);
+        const double bwd_gbs = bytes * (residual ? 7 : 5) / (row.t.ours_bwd * 1e6);
         char cudnn_cols[96];
         if (row.cudnn_error.empty())
           std::snprintf(cudnn_cols, sizeof cudnn_cols, "%8.3f          %8.3f", row.t.cudnn_fwd, row.t.cudnn_bwd);

@@ -8,6 +8,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -53,13 +54,27 @@ inline float from_low(uint16_t bits, cudnnDataType_t dtype) {
   return __bfloat162float(__nv_bfloat16(r));
 }
 
-// n elements of type T from device memory at p.
+// n elements of type T from device memory at p, after everything queued on any stream (the
+// probes compute on a non-blocking stream, which cudaMemcpy's legacy stream does not wait for).
 template <class T>
 std::vector<T> download(const void* p, int64_t n) {
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   std::vector<T> host(static_cast<size_t>(n));
   check_cuda(cudaMemcpy(host.data(), p, host.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
   return host;
 }
+
+// n elements of type T from host memory to device memory at p, finished before it returns (a
+// pageable cudaMemcpy may return while its DMA still runs, and the probes' non-blocking stream
+// would not wait for it).
+template <class T>
+void upload(void* p, const T* host, int64_t n) {
+  check_cuda(cudaMemcpy(p, host, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+// The larger error of the two, where a NaN is the largest (std::max would pass it over).
+inline double worse(double so_far, double error) { return std::isnan(error) ? INFINITY : std::max(so_far, error); }
 
 // ---- Command lines ----
 
