@@ -313,13 +313,12 @@ int main(int argc, char** argv) {
         w[c] = 0.5f + static_cast<float>((c * 37) % 101) / 101.0f;
         b[c] = -0.5f + static_cast<float>((c * 53) % 97) / 97.0f;
       }
-      CHECK_CUDA(cudaMemcpy(weight.p, w.data(), chan_bytes, cudaMemcpyHostToDevice));
-      CHECK_CUDA(cudaMemcpy(bias.p, b.data(), chan_bytes, cudaMemcpyHostToDevice));
+      probe::upload(weight.p, w.data(), max_c);
+      probe::upload(bias.p, b.data(), max_c);
       for (SideChannels* s : {&ours, &theirs}) {
-        CHECK_CUDA(cudaMemcpy(s->rmean.p, zeros.data(), chan_bytes, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaMemcpy(s->rvar.p, ones.data(), chan_bytes, cudaMemcpyHostToDevice));
+        probe::upload(s->rmean.p, zeros.data(), max_c);
+        probe::upload(s->rvar.p, ones.data(), max_c);
       }
-      CHECK_CUDA(cudaDeviceSynchronize());  // the non-blocking stream does not wait for the copies
     }
 
     struct Row {
@@ -337,10 +336,9 @@ int main(int argc, char** argv) {
       {  // inputs once a dtype: every layer reads a prefix
         const auto hx = random_low(max_elems, -2.0f, 2.0f, low, 1), hz = random_low(max_elems, -1.5f, 1.5f, low, 2),
                    hdy = random_low(max_elems, -1.0f, 1.0f, low, 3);
-        CHECK_CUDA(cudaMemcpy(x.p, hx.data(), act_bytes, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaMemcpy(z.p, hz.data(), act_bytes, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaMemcpy(dy.p, hdy.data(), act_bytes, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaDeviceSynchronize());
+        probe::upload(x.p, hx.data(), max_elems);
+        probe::upload(z.p, hz.data(), max_elems);
+        probe::upload(dy.p, hdy.data(), max_elems);
       }
       std::printf("\n%s (ms; dptrain's achieved GB/s after its times)\n", dname.c_str());
       std::printf("  %-20s %-12s %5s  %-24s %-24s %-17s %-17s\n", "layer", "epilogue", "count", "dptrain forward",

@@ -633,10 +633,6 @@ graphs_step() {
   fi
 }
 
-# Shampoo on the GPU (NOTE [ Shampoo on a device ]): its recipe for one epoch, the float64 state on
-# the GPU (cuBLAS DGEMM statistics and directions), the roots on the host; the CPU run of the same
-# recipe reached 89.02 % after one epoch (bench/RESULTS.md, "Optimisers"). Records the step time
-# line (its optimiser phase) and the root summary.
 # launch_tests' cases that need a GPU (the rest of launch_tests is CPU work, some of it under mpirun,
 # which the GPU host lacks).
 LAUNCH_FILTER="${LAUNCH_FILTER:-CudaGraphs.AGraphedRunTrainsLikeTheEagerRun:CudaGraphs.DropoutReplaysDrawTheMasksOfTheEagerSteps:CudaGraphs.LossScalingAndClippingRunInsideTheGraph:StepProfiler.GpuPhasesAreReadOneStepLate}"
@@ -651,6 +647,10 @@ launch_step() {
   DPTRAIN_BINARY="$copy" gtest_step launch launch_tests 150 plain --gtest_filter="$LAUNCH_FILTER"
 }
 
+# Shampoo on the GPU (NOTE [ Shampoo on a device ]): its recipe for one epoch, the float64 state on
+# the GPU (cuBLAS DGEMM statistics and directions), the roots on the host; the CPU run of the same
+# recipe reached 89.02 % after one epoch (bench/RESULTS.md, "Optimisers"). Records the step time
+# line (its optimiser phase) and the root summary.
 shampoo_step() {
   local t0=$SECONDS rc=0 bin="$BUNDLE_ROOT/bin/dptrain" log="$STAGE/shampoo.log"
   if [[ ! -x "$bin" ]]; then record shampoo FAIL 0 "dptrain is not in the bundle"; return; fi
