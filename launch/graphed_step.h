@@ -25,7 +25,9 @@
 //   and the all-reduces they submit — and SyncBatchNorm's all-gathers — are recorded into the
 //   graph with their fork to the communication stream and their join (NOTE [ Collectives in CUDA
 //   graphs ] in comm/nccl/nccl_process_group.h); each replay is queued through the groups, whose
-//   watchdogs time it like a collective. A step is captured only once the reducer's buckets have
+//   watchdogs time it like a collective. With SyncBatchNorm the graph holds two communicators'
+//   collectives on independent branches, which NCCL orders by their capture order (NOTE [ Several
+//   communicators on one GPU ]). A step is captured only once the reducer's buckets have
 //   settled (its one re-plan, in the second synchronised step), at the same step on every rank.
 //   The reducer's host-clock communication figures come from the eager steps only: a replay's
 //   communication is inside its "graph" phase.

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
 #ifdef DPTRAIN_HAVE_NCCL
       dp::NcclProcessGroupOptions nccl_options;
       nccl_options.timeout = timeout;
+      // Two communicators on the GPU: NOTE [ Several communicators on one GPU ].
+      nccl_options.shares_gpu_with_other_groups = config.distributed.sync_batchnorm;
       gpu_group = std::make_unique<dp::NcclProcessGroup>(*mpi, runtime.device(device), nccl_options);
       if (config.distributed.sync_batchnorm)
         batch_norm_group = std::make_unique<dp::NcclProcessGroup>(*mpi, runtime.device(device), nccl_options);

@@ -10,7 +10,9 @@
 // BN statistics all-reduce issued during backward would queue behind the 25 MB gradient buckets
 // already launched, stalling backward until they finish. Every rank must run the same training
 // forwards and backwards of the converted model (they issue collectives), and the group must
-// outlive the model's use of it.
+// outlive the model's use of it. On GPUs that makes two NCCL communicators busy on one GPU, whose
+// launches NCCL must order (NOTE [ Several communicators on one GPU ] in
+// comm/nccl/nccl_process_group.h).
 //
 // NOTE [ SyncBatchNorm as a fused op ]
 // sync_batch_norm is one autograd node with a hand-written backward, not a composition of

@@ -5,8 +5,11 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -328,7 +331,48 @@ std::chrono::milliseconds poll_interval(std::chrono::milliseconds timeout) {
   return std::clamp(timeout / 10, milliseconds(1), milliseconds(100));
 }
 
+constexpr const char* kLaunchOrderVariable = "NCCL_LAUNCH_ORDER_IMPLICIT";
+
+std::string nccl_version_text(int code) {  // 22809 → "2.28.9" (codes since 2.9: major·10000 + minor·100 + patch)
+  return detail::concat(code / 10000, ".", code / 100 % 100, ".", code % 100);
+}
+
+// NOTE [ Several communicators on one GPU ]; `context` names the group in errors.
+void order_launches_across_communicators(const std::string& context) {
+  int version = 0;
+  check_nccl(ncclGetVersion(&version), nullptr, "ncclGetVersion", context);
+  bool must_set = false;
+  try {
+    must_set = must_set_implicit_launch_order(std::getenv(kLaunchOrderVariable), version);
+  } catch (const Error& e) {
+    throw Error(detail::concat(context, ": ", e.what()));
+  }
+  // Overwrites only an empty value (NCCL reads it as unset). setenv races a getenv on another
+  // thread; the run's other threads (signals, the CPU pool) are idle while its groups are made.
+  if (must_set && setenv(kLaunchOrderVariable, "1", /*overwrite=*/1) != 0)
+    throw Error(detail::concat(context, ": setting ", kLaunchOrderVariable, "=1 failed: ", std::strerror(errno)));
+}
+
 }  // namespace
+
+bool must_set_implicit_launch_order(const char* value, int nccl_version) {
+  const char* why = "a run that keeps several NCCL communicators busy on one GPU (synchronised BatchNorm beside "
+                    "the gradients) needs NCCL to order their launches, or the ranks can deadlock";
+  if (nccl_version < 22600)
+    throw Error(detail::concat(why, "; NCCL_LAUNCH_ORDER_IMPLICIT, which does, came with NCCL 2.26 and this process "
+                               "loaded NCCL ", nccl_version_text(nccl_version),
+                               ": put a newer libnccl.so.2 first on the library path, or turn "
+                               "distributed.sync_batchnorm off"));
+  if (value == nullptr || *value == '\0') return true;
+  // As NCCL reads it (ncclLoadParam): strtoll with base 0, on if not zero.
+  errno = 0;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 0);
+  if (errno == 0 && end != value && parsed != 0) return false;
+  throw Error(detail::concat(why, "; the environment sets ", kLaunchOrderVariable, "=", value,
+                             ", which NCCL reads as off: unset it (dptrain then sets it to 1) or set it to 1, or "
+                             "turn distributed.sync_batchnorm off"));
+}
 
 NcclProcessGroup::NcclProcessGroup(MpiEnvironment& mpi, Device gpu, NcclProcessGroupOptions options)
     : gpu_(checked_gpu(gpu)), backend_(static_cast<cuda::CudaBackend&>(gpu_.backend())), options_(options) {
@@ -337,6 +381,7 @@ NcclProcessGroup::NcclProcessGroup(MpiEnvironment& mpi, Device gpu, NcclProcessG
   check_mpi(MPI_Comm_rank(mpi.world_comm(), &rank_), "MPI_Comm_rank", "NcclProcessGroup");
   check_mpi(MPI_Comm_size(mpi.world_comm(), &size_), "MPI_Comm_size", "NcclProcessGroup");
   state_ = std::make_shared<NcclGroupState>(rank_, size_, gpu_.index(), options_.timeout, log_);
+  if (options_.shares_gpu_with_other_groups) order_launches_across_communicators(state_->group_context());
 
   // Rank 0's id goes to every rank together with rank 0's status, so that a failure there stops
   // every rank at once instead of leaving the others in ncclCommInitRankConfig.

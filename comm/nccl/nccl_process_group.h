@@ -77,6 +77,25 @@
 // the same replays in the same order. Every rank must capture the same collectives at the same
 // step (GraphedSteps captures at the same step of a shape on every rank).
 //
+// NOTE [ Several communicators on one GPU ]
+// NCCL's kernels spin until their peers' arrive, so two communicators with collectives in flight on
+// one GPU can deadlock when the ranks start them in different orders: rank 0's SyncBatchNorm
+// all-reduce waiting for rank 1's, whose GPU runs its gradient bucket's first, waiting for rank
+// 0's (NCCL's guide, "Using multiple NCCL communicators concurrently"). Submitting in the same
+// host order on every rank is not enough: each group has its own communication stream, and the
+// GPU starts ready work of two streams in either order; in a CUDA graph two collectives on
+// independent branches have no order at all. NCCL 2.26 added the remedy, NCCL_LAUNCH_ORDER_IMPLICIT=1:
+// every communicator's launches on a device follow the host's submission order (inside a
+// capture, as edges of the graph), through launch-completion events, so the kernels still overlap.
+// It is off by default, read once per process at the first collective, and needs one host
+// thread submitting in the same order on every rank — dptrain's training thread submits every
+// collective, the watchdogs none. A group created with `shares_gpu_with_other_groups` (every NCCL
+// group of a run with synchronised BatchNorm: launch/main.cpp) sets the variable to 1 when it is
+// unset, before its communicator exists, and refuses an NCCL older than 2.26 or a variable set
+// otherwise, with a message saying what to change. A single communicator (the default run) is
+// ordered by its one stream and pays nothing. On one rank NCCL launches nothing it would order
+// (its one-rank path copies on the user's stream), so only a run on ≥ 2 GPUs exercises this.
+//
 // NCCL does not check that ranks agree on a collective (the MPI backend does, NOTE [ MPI
 // communication thread ]): ranks issuing different collectives, or one rank skipping one, hang
 // until the timeout and the message names this rank's collective only. Diagnose with the MPI
@@ -109,7 +128,18 @@ struct NcclProcessGroupOptions {
   // this long while being created, launching a collective or being finalised, aborts the
   // communicator (NOTE [ NCCL errors and abort ]). Zero: no timeout; asynchronous errors still abort.
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // Other NCCL groups of this process run collectives on the same GPU at the same time
+  // (SyncBatchNorm's beside the gradients'): NOTE [ Several communicators on one GPU ]. Set it on
+  // every such group, all created before the first collective.
+  bool shares_gpu_with_other_groups = false;
 };
+
+// NOTE [ Several communicators on one GPU ]: whether this process must set
+// NCCL_LAUNCH_ORDER_IMPLICIT=1 itself, given the variable's value (null when unset) and the loaded
+// NCCL's version code (ncclGetVersion, e.g. 22809); throws a dp::Error saying what to change when
+// the launches cannot be ordered (NCCL older than 2.26, or the variable set to 0 or to something
+// NCCL does not read as a number).
+bool must_set_implicit_launch_order(const char* value, int nccl_version);
 
 struct NcclGroupState;  // shared by the group, its Works and its watchdog (nccl_process_group.cpp)
 
