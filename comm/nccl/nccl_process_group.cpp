@@ -333,7 +333,10 @@ std::chrono::milliseconds poll_interval(std::chrono::milliseconds timeout) {
 
 constexpr const char* kLaunchOrderVariable = "NCCL_LAUNCH_ORDER_IMPLICIT";
 
-std::string nccl_version_text(int code) {  // 22809 → "2.28.9" (codes since 2.9: major·10000 + minor·100 + patch)
+// ncclGetVersion's code as text: 22809 → "2.28.9" (since 2.9: major·10000 + minor·100 + patch;
+// before: major·1000 + minor·100 + patch, 2804 → "2.8.4").
+std::string nccl_version_text(int code) {
+  if (code < 10000) return detail::concat(code / 1000, ".", code / 100 % 10, ".", code % 100);
   return detail::concat(code / 10000, ".", code / 100 % 100, ".", code % 100);
 }
 
@@ -347,8 +350,9 @@ void order_launches_across_communicators(const std::string& context) {
   } catch (const Error& e) {
     throw Error(detail::concat(context, ": ", e.what()));
   }
-  // Overwrites only an empty value (NCCL reads it as unset). setenv races a getenv on another
-  // thread; the run's other threads (signals, the CPU pool) are idle while its groups are made.
+  // Overwrites only an empty value (NCCL reads it as unset). setenv could race a getenv on another
+  // thread; the run's own threads (signals, the CPU pool) are idle while its groups are made, and
+  // the CUDA and MPI libraries read their environment when they start, before this.
   if (must_set && setenv(kLaunchOrderVariable, "1", /*overwrite=*/1) != 0)
     throw Error(detail::concat(context, ": setting ", kLaunchOrderVariable, "=1 failed: ", std::strerror(errno)));
 }

@@ -86,15 +86,25 @@
 // GPU starts ready work of two streams in either order; in a CUDA graph two collectives on
 // independent branches have no order at all. NCCL 2.26 added the remedy, NCCL_LAUNCH_ORDER_IMPLICIT=1:
 // every communicator's launches on a device follow the host's submission order (inside a
-// capture, as edges of the graph), through launch-completion events, so the kernels still overlap.
-// It is off by default, read once per process at the first collective, and needs one host
-// thread submitting in the same order on every rank — dptrain's training thread submits every
-// collective, the watchdogs none. A group created with `shares_gpu_with_other_groups` (every NCCL
-// group of a run with synchronised BatchNorm: launch/main.cpp) sets the variable to 1 when it is
-// unset, before its communicator exists, and refuses an NCCL older than 2.26 or a variable set
-// otherwise, with a message saying what to change. A single communicator (the default run) is
-// ordered by its one stream and pays nothing. On one rank NCCL launches nothing it would order
-// (its one-rank path copies on the user's stream), so only a run on ≥ 2 GPUs exercises this.
+// capture, as edges of the graph). With CUDA runtime and driver ≥ 12.3 the order is kept through
+// launch-completion events and the kernels still overlap; otherwise — and inside a capture unless
+// the driver is ≥ 12.9 (NCCL 2.27 on) — each launch waits for the previous kernel to finish, which
+// is deadlock-free but serialises the statistics' all-reduce behind the gradient bucket before it.
+// NCCL reads the variable once per process, at the first kernel launch of a communicator of ≥ 2
+// ranks. The order it keeps is the host's, so launches must come from one thread in the same order
+// on every rank: dptrain's training thread submits every collective and queues every graph
+// replay, the watchdogs only poll and abort. The communicators are non-blocking, and NCCL launches
+// such a communicator's kernels on a thread of its own: submit() waits (settle_locked) until the
+// launch is done before returning, which is what keeps one group's launch ahead of the next
+// group's — do not drop that wait. A group created with `shares_gpu_with_other_groups` (every NCCL
+// group of a run with synchronised BatchNorm: launch/main.cpp) sets the variable to 1 when the
+// environment leaves it unset or empty, before its communicator exists, and refuses an NCCL older
+// than 2.26 or an environment value NCCL reads as 0, with a message saying what to change. (A 0
+// from an NCCL config file — NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf — is applied by NCCL
+// later and only where the variable is unset, so ours wins there.) A single communicator (the
+// default run) is ordered by its one stream and pays nothing. A one-rank communicator never reads
+// the variable (NCCL runs its collectives as local copies or scalings on the user's stream), so
+// only a run on ≥ 2 GPUs exercises this.
 //
 // NCCL does not check that ranks agree on a collective (the MPI backend does, NOTE [ MPI
 // communication thread ]): ranks issuing different collectives, or one rank skipping one, hang

@@ -46,6 +46,7 @@ TEST(ImplicitLaunchOrder, AnNcclWithoutItIsRefused) {
                         "distributed.sync_batchnorm off");
   // Checked first: a variable set to 1 does nothing in an NCCL that does not know it.
   EXPECT_ERROR_CONTAINS(must_set_implicit_launch_order("1", 21903), "this process loaded NCCL 2.19.3");
+  EXPECT_ERROR_CONTAINS(must_set_implicit_launch_order(nullptr, 2804), "loaded NCCL 2.8.4:");  // codes before 2.9
 }
 
 #else
