@@ -9,9 +9,10 @@
 // when every run of S elements is aligned, else 1 element) without a division per element.
 // S = 1 — channels-last x is [N·H·W, C, 1] (NOTE [ Channels-last ]), or a [N, C] input — makes
 // channel c's elements C apart, so the partial sums are taken by column kernels instead: grid
-// (column tiles of 32 channels, splits), each warp-row of a block walks rows of its split and
-// reads 32 adjacent channels (coalesced); the block adds its rows' sums in a fixed order. They
-// write the same partials, so the rest is shared.
+// (column tiles, splits), a block of W unit columns (V adjacent channels a unit, W a power of two
+// up to 32) by 256 / W row lanes; each lane walks rows of its split reading W units side by side
+// (coalesced), and the block adds its lanes' sums as a fixed tree. They write the same partials,
+// so the rest is shared.
 //
 // Layer norm, x viewed as [M, N]: one warp per row when N <= 1024, else one 256-thread block per
 // row; two passes over the row for the variance (the second re-reads the row, which is in L1/L2).

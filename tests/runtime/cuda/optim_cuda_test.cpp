@@ -484,54 +484,70 @@ TEST_F(OptimMultiCudaTest, AdamwMultiMatchesSingleBitForBitAndCpu) {
 
 TEST_F(OptimMultiCudaTest, LambMultiMatchesSingleBitForBitAndCpu) {
   for (DType dtype : kDtypes) {
-    const std::string what = std::string("lamb multi ") + dtype_name(dtype);
-    std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), m = operands(dtype, 3),
-                        v = operands(dtype, 4, /*positive=*/true), u = operands(dtype, 5);
-    // Global clipping decided on the device (norm 3 > max 1: divisor 3) and per-tensor trust ratios,
-    // every third tensor without one (the host trust 1 applies: a mix within a run).
-    const Tensor norm_cpu = full({}, 3.0, kFloat64, cpu_), norm_gpu = full({}, 3.0, kFloat64, gpu_);
-    std::vector<double> ratios(kMultiCount);
-    for (int k = 0; k < kMultiCount; ++k) ratios[static_cast<size_t>(k)] = 0.5 + 0.01 * k;
-    const Tensor ratios_cpu = from_vector(ratios, {kMultiCount}, cpu_), ratios_gpu = ratios_cpu.to(gpu_);
-    std::vector<LambDirectionItem> cpu_dir, multi_dir;
-    std::vector<LambUpdateItem> cpu_upd, multi_upd;
-    for (int k = 0; k < kMultiCount; ++k) {
-      const size_t i = static_cast<size_t>(k);
-      AdamParams p;
-      p.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
-      p.weight_decay = group_of(k) == 1 ? 0.0 : 0.01;
-      p.step = 4;
-      p.max_grad_norm = 1.0;
-      p.grad_norm = norm_cpu;
-      cpu_dir.push_back({w[i].cpu_and_multi.cpu, g[i].cpu_and_multi.cpu, m[i].cpu_and_multi.cpu,
-                         v[i].cpu_and_multi.cpu, u[i].cpu_and_multi.cpu, p});
-      p.grad_norm = norm_gpu;
-      multi_dir.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, m[i].cpu_and_multi.gpu,
-                           v[i].cpu_and_multi.gpu, u[i].cpu_and_multi.gpu, p});
-      gpu_backend().lamb_direction(w[i].single, g[i].single, m[i].single, v[i].single, u[i].single, p);
-      LambUpdateParams q;
-      q.lr = p.lr;
-      const bool adapted = k % 3 != 0;
-      q.trust_index = k;
-      q.trust_ratios = adapted ? ratios_cpu : Tensor();
-      cpu_upd.push_back({w[i].cpu_and_multi.cpu, u[i].cpu_and_multi.cpu, q});
-      q.trust_ratios = adapted ? ratios_gpu : Tensor();
-      multi_upd.push_back({w[i].cpu_and_multi.gpu, u[i].cpu_and_multi.gpu, q});
+    for (bool on_device : {false, true}) {
+      // Device control: each tensor's bias corrections from its own counter (k % 3 steps taken) and
+      // the update's lr from the device (the optimiser's path in a training run); host control:
+      // step 4 and the host lr.
+      const std::string what =
+          std::string("lamb multi ") + dtype_name(dtype) + (on_device ? " device control" : " host control");
+      std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), m = operands(dtype, 3),
+                          v = operands(dtype, 4, /*positive=*/true), u = operands(dtype, 5);
+      Control cpu_c = control(cpu_), multi_c = control(gpu_), single_c = control(gpu_);
+      // Global clipping decided on the device (norm 3 > max 1: divisor 3) and per-tensor trust
+      // ratios, every third tensor without one (the host trust 1 applies: a mix within a run).
+      const Tensor norm_cpu = full({}, 3.0, kFloat64, cpu_), norm_gpu = full({}, 3.0, kFloat64, gpu_);
+      std::vector<double> ratios(kMultiCount);
+      for (int k = 0; k < kMultiCount; ++k) ratios[static_cast<size_t>(k)] = 0.5 + 0.01 * k;
+      const Tensor ratios_cpu = from_vector(ratios, {kMultiCount}, cpu_), ratios_gpu = ratios_cpu.to(gpu_);
+      std::vector<LambDirectionItem> cpu_dir, multi_dir;
+      std::vector<LambUpdateItem> cpu_upd, multi_upd;
+      std::vector<LambUpdateParams> single_upd;
+      for (int k = 0; k < kMultiCount; ++k) {
+        const size_t i = static_cast<size_t>(k);
+        AdamParams p;
+        p.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
+        p.weight_decay = group_of(k) == 1 ? 0.0 : 0.01;
+        p.step = 4;
+        p.max_grad_norm = 1.0;
+        p.grad_norm = norm_cpu;
+        p.control = step_control(on_device ? &cpu_c : nullptr, k);
+        cpu_dir.push_back({w[i].cpu_and_multi.cpu, g[i].cpu_and_multi.cpu, m[i].cpu_and_multi.cpu,
+                           v[i].cpu_and_multi.cpu, u[i].cpu_and_multi.cpu, p});
+        p.grad_norm = norm_gpu;
+        p.control = step_control(on_device ? &multi_c : nullptr, k);
+        multi_dir.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, m[i].cpu_and_multi.gpu,
+                             v[i].cpu_and_multi.gpu, u[i].cpu_and_multi.gpu, p});
+        p.control = step_control(on_device ? &single_c : nullptr, k);
+        gpu_backend().lamb_direction(w[i].single, g[i].single, m[i].single, v[i].single, u[i].single, p);
+        LambUpdateParams q;
+        q.lr = p.lr;
+        const bool adapted = k % 3 != 0;
+        q.trust_index = k;
+        q.trust_ratios = adapted ? ratios_cpu : Tensor();
+        q.control = step_control(on_device ? &cpu_c : nullptr, k);
+        cpu_upd.push_back({w[i].cpu_and_multi.cpu, u[i].cpu_and_multi.cpu, q});
+        q.trust_ratios = adapted ? ratios_gpu : Tensor();
+        q.control = step_control(on_device ? &multi_c : nullptr, k);
+        multi_upd.push_back({w[i].cpu_and_multi.gpu, u[i].cpu_and_multi.gpu, q});
+        q.control = step_control(on_device ? &single_c : nullptr, k);
+        single_upd.push_back(q);
+      }
+      cpu_backend().lamb_direction_multi(cpu_dir);
+      gpu_backend().lamb_direction_multi(multi_dir);
+      // The second stage after every direction (the optimiser's order), on each copy.
+      for (int k = 0; k < kMultiCount; ++k) {
+        const size_t i = static_cast<size_t>(k);
+        gpu_backend().lamb_update(w[i].single, u[i].single, single_upd[i]);
+      }
+      cpu_backend().lamb_update_multi(cpu_upd);
+      gpu_backend().lamb_update_multi(multi_upd);
+      // As for AdamW: the device's pow for the bias corrections may differ from the host's by an ulp.
+      const double tol = on_device ? 10 * tol_for(dtype) : tol_for(dtype);
+      expect_multi_matches(what + " param", w, tol);
+      expect_multi_matches(what + " exp_avg", m, tol);
+      expect_multi_matches(what + " exp_avg_sq", v, tol);
+      expect_multi_matches(what + " update", u, tol);
     }
-    cpu_backend().lamb_direction_multi(cpu_dir);
-    gpu_backend().lamb_direction_multi(multi_dir);
-    // The second stage after every direction (the optimiser's order), on each copy.
-    for (int k = 0; k < kMultiCount; ++k) {
-      const size_t i = static_cast<size_t>(k);
-      LambUpdateParams q = multi_upd[i].p;
-      gpu_backend().lamb_update(w[i].single, u[i].single, q);
-    }
-    cpu_backend().lamb_update_multi(cpu_upd);
-    gpu_backend().lamb_update_multi(multi_upd);
-    expect_multi_matches(what + " param", w, tol_for(dtype));
-    expect_multi_matches(what + " exp_avg", m, tol_for(dtype));
-    expect_multi_matches(what + " exp_avg_sq", v, tol_for(dtype));
-    expect_multi_matches(what + " update", u, tol_for(dtype));
   }
 }
 
@@ -574,29 +590,71 @@ TEST_F(OptimMultiCudaTest, LarsMultiMatchesSingleBitForBitAndCpu) {
   }
 }
 
-// found_inf set: a multi-tensor update over every run writes nothing.
+// found_inf set: every multi-tensor update (SGD, AdamW, LARS, LAMB's two stages) over every run
+// writes nothing, and the step counters stay where they were.
 TEST_F(OptimMultiCudaTest, SkippedMultiStepWritesNothing) {
   for (DType dtype : kDtypes) {
     std::vector<Triple> w = operands(dtype, 1), g = operands(dtype, 2), m = operands(dtype, 3),
-                        v = operands(dtype, 4, /*positive=*/true);
+                        v = operands(dtype, 4, /*positive=*/true), u = operands(dtype, 5);
     Control c = control(gpu_);
     c.found_inf.fill_(1.0);
-    std::vector<AdamwUpdateItem> items;
+    const Tensor norm = full({}, 3.0, kFloat64, gpu_);
+    const Tensor ratios = full({kMultiCount}, 0.5, kFloat64, gpu_);
+    std::vector<SgdUpdateItem> sgd;
+    std::vector<AdamwUpdateItem> adamw;
+    std::vector<LarsUpdateItem> lars;
+    std::vector<LambDirectionItem> lamb_dir;
+    std::vector<LambUpdateItem> lamb_upd;
     for (int k = 0; k < kMultiCount; ++k) {
       const size_t i = static_cast<size_t>(k);
-      AdamParams p;
-      p.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
-      p.weight_decay = 0.05;
-      p.control = step_control(&c, k);
-      items.push_back({w[i].cpu_and_multi.gpu, g[i].cpu_and_multi.gpu, m[i].cpu_and_multi.gpu,
-                       v[i].cpu_and_multi.gpu, p});
+      const Tensor& wk = w[i].cpu_and_multi.gpu;
+      const Tensor& gk = g[i].cpu_and_multi.gpu;
+      const Tensor& mk = m[i].cpu_and_multi.gpu;
+      const Tensor& vk = v[i].cpu_and_multi.gpu;
+      const Tensor& uk = u[i].cpu_and_multi.gpu;
+      SgdParams sp;
+      sp.lr = 0.05;
+      sp.momentum = 0.9;
+      sp.weight_decay = 1e-2;
+      sp.control = step_control(&c, k);
+      sgd.push_back({wk, gk, mk, sp});
+      AdamParams ap;
+      ap.lr = group_of(k) == 1 ? 1e-3 : 1e-2;
+      ap.weight_decay = 0.05;
+      ap.control = step_control(&c, k);
+      adamw.push_back({wk, gk, mk, vk, ap});
+      LarsParams lp;
+      lp.lr = 0.3;
+      lp.momentum = 0.9;
+      lp.weight_decay = 1e-4;
+      lp.trust_index = k;
+      lp.trust_ratios = ratios;
+      lp.control = step_control(&c, k);
+      lars.push_back({wk, gk, mk, lp});
+      ap.max_grad_norm = 1.0;
+      ap.grad_norm = norm;
+      lamb_dir.push_back({wk, gk, mk, vk, uk, ap});
+      LambUpdateParams lu;
+      lu.lr = 1e-2;
+      lu.trust_index = k;
+      lu.trust_ratios = ratios;
+      lu.control = step_control(&c, k);
+      lamb_upd.push_back({wk, uk, lu});
     }
-    gpu_backend().adamw_update_multi(items);
-    for (const auto* xs : {&w, &m, &v})
+    gpu_backend().sgd_update_multi(sgd);
+    gpu_backend().adamw_update_multi(adamw);
+    gpu_backend().lars_update_multi(lars);
+    gpu_backend().lamb_direction_multi(lamb_dir);
+    gpu_backend().lamb_update_multi(lamb_upd);
+    count(gpu_backend(), &c);
+    for (const auto* xs : {&w, &m, &v, &u})
       for (int k = 0; k < kMultiCount; ++k)
-        expect_bit_identical(std::string("skipped adamw_update_multi ") + dtype_name(dtype) + " tensor " +
+        expect_bit_identical(std::string("skipped multi-tensor updates ") + dtype_name(dtype) + " tensor " +
                                  std::to_string(k),
                              (*xs)[static_cast<size_t>(k)].cpu_and_multi);
+    for (int k = 0; k < kMultiCount; ++k)
+      EXPECT_EQ(c.counters[static_cast<size_t>(k)].to(cpu_).item<int64_t>(), k % 3)
+          << "a skipped step advanced tensor " << k << "'s step count";
   }
 }
 
