@@ -423,7 +423,15 @@ NcclProcessGroup::NcclProcessGroup(MpiEnvironment& mpi, Device gpu, NcclProcessG
     }
   }
   try {
-    DP_CUDA_CHECK(gpu_.index(), cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+    // The device's highest priority (issue 9; NCCL's own examples and Megatron do the same): a
+    // bucket's all-reduce, ready in the middle of backward, gets the SMs it needs ahead of the
+    // backward kernels queued behind it, so that it runs hidden instead of waiting for a gap; its
+    // kernels are few and small, so backward loses little. Captured kernels keep the priority.
+    int least_priority = 0, greatest_priority = 0;
+    DP_CUDA_CHECK(gpu_.index(), cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority),
+                  "NcclProcessGroup: the stream priorities of ", gpu_.str());
+    DP_CUDA_CHECK(gpu_.index(),
+                  cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest_priority),
                   "NcclProcessGroup: the communication stream");
     barrier_buffer_ = zeros({1}, kFloat32, gpu_);
     watchdog_ = std::thread([this] { run_watchdog(); });
@@ -731,15 +739,32 @@ WorkPtr NcclProcessGroup::barrier(int64_t tag) {
 }
 
 void NcclProcessGroup::synchronize() {
-  std::shared_ptr<NcclWork> last;
+  activate();
+  // A host wait, which a capture cannot hold; and retiring queries events, which would invalidate
+  // the capture (NOTE [ Collectives in CUDA graphs ]).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DP_CUDA_CHECK(gpu_.index(), cudaStreamIsCapturing(backend_.stream(), &capture),
+                "NcclProcessGroup: asking whether the compute stream is being captured");
+  DP_CHECK(capture == cudaStreamCaptureStatusNone, where("synchronize"),
+           ": a host wait during a CUDA graph capture of the compute stream (NOTE [ Collectives in CUDA graphs ])");
+  // The newest entry of each stream: collectives run in order on the communication stream, graph
+  // replays in order on the compute stream, but neither stream waits for the other unless a
+  // wait() said so — an eager collective submitted before a replay may still be running after it.
+  std::shared_ptr<NcclWork> last_collective, last_replay;
   {
     std::lock_guard lock(state_->mutex);
     state_->retire_locked();
     if (!state_->failure.empty()) throw Error(state_->failure);
-    if (!state_->pending.empty()) last = state_->pending.back().work;
+    for (auto it = state_->pending.rbegin(); it != state_->pending.rend(); ++it) {
+      std::shared_ptr<NcclWork>& newest =
+          it->work->fingerprint().op == CollectiveOp::GraphReplay ? last_replay : last_collective;
+      if (!newest) newest = it->work;
+      if (last_collective && last_replay) break;
+    }
   }
-  if (!last) return;
-  last->synchronize();  // the stream runs them in order: the last one done is all done
+  if (!last_collective && !last_replay) return;
+  for (const std::shared_ptr<NcclWork>& last : {last_collective, last_replay})
+    if (last) last->synchronize();  // its stream runs them in order: the newest done is all done
   std::lock_guard lock(state_->mutex);
   state_->retire_locked();  // their tensors go and the log says Completed now, not at the next poll
   state_->drop_released_locked();

@@ -1,8 +1,9 @@
 // NcclProcessGroup: the ProcessGroup for CUDA tensors over NCCL, one GPU per rank.
 //
 // NOTE [ NCCL streams and waits ]
-// The group owns one communication stream (non-blocking) on its GPU; the compute stream is the
-// CUDA backend's stream(). Each collective is queued, on the submitting thread, as
+// The group owns one communication stream (non-blocking, of the device's highest priority, so
+// that a bucket's all-reduce ready mid-backward is not queued behind backward's kernels) on its
+// GPU; the compute stream is the CUDA backend's stream(). Each collective is queued, on the submitting thread, as
 //   1. an event `ready` recorded on the compute stream, which the communication stream waits on,
 //      so NCCL reads the tensors only after the kernels that wrote them (submission order on the
 //      compute stream);
@@ -80,31 +81,37 @@
 // NOTE [ Several communicators on one GPU ]
 // NCCL's kernels spin until their peers' arrive, so two communicators with collectives in flight on
 // one GPU can deadlock when the ranks start them in different orders: rank 0's SyncBatchNorm
-// all-reduce waiting for rank 1's, whose GPU runs its gradient bucket's first, waiting for rank
-// 0's (NCCL's guide, "Using multiple NCCL communicators concurrently"). Submitting in the same
-// host order on every rank is not enough: each group has its own communication stream, and the
-// GPU starts ready work of two streams in either order; in a CUDA graph two collectives on
-// independent branches have no order at all. NCCL 2.26 added the remedy, NCCL_LAUNCH_ORDER_IMPLICIT=1:
-// every communicator's launches on a device follow the host's submission order (inside a
-// capture, as edges of the graph). With CUDA runtime and driver ≥ 12.3 the order is kept through
+// all-reduce waiting for rank 1's, whose GPU runs its gradient bucket's first, waiting for rank 0's
+// (NCCL's guide, "Using multiple NCCL communicators concurrently"). Submitting in the same host
+// order on every rank is not enough: each group has its own communication stream, and the GPU
+// starts ready work of two streams in either order; in a CUDA graph two collectives on independent
+// branches have no order at all. NCCL 2.26 added the remedy, NCCL_LAUNCH_ORDER_IMPLICIT=1: every
+// communicator's launches on a device follow the host's submission order (inside a capture, as
+// edges of the graph). With CUDA runtime and driver ≥ 12.3 the order is kept through
 // launch-completion events and the kernels still overlap; otherwise — and inside a capture unless
 // the driver is ≥ 12.9 (NCCL 2.27 on) — each launch waits for the previous kernel to finish, which
 // is deadlock-free but serialises the statistics' all-reduce behind the gradient bucket before it.
 // NCCL reads the variable once per process, at the first kernel launch of a communicator of ≥ 2
 // ranks. The order it keeps is the host's, so launches must come from one thread in the same order
-// on every rank: dptrain's training thread submits every collective and queues every graph
-// replay, the watchdogs only poll and abort. The communicators are non-blocking, and NCCL launches
-// such a communicator's kernels on a thread of its own: submit() waits (settle_locked) until the
-// launch is done before returning, which is what keeps one group's launch ahead of the next
-// group's — do not drop that wait. A group created with `shares_gpu_with_other_groups` (every NCCL
-// group of a run with synchronised BatchNorm: launch/main.cpp) sets the variable to 1 when the
-// environment leaves it unset or empty, before its communicator exists, and refuses an NCCL older
-// than 2.26 or an environment value NCCL reads as 0, with a message saying what to change. (A 0
-// from an NCCL config file — NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf — is applied by NCCL
-// later and only where the variable is unset, so ours wins there.) A single communicator (the
-// default run) is ordered by its one stream and pays nothing. A one-rank communicator never reads
-// the variable (NCCL runs its collectives as local copies or scalings on the user's stream), so
-// only a run on ≥ 2 GPUs exercises this.
+// on every rank: dptrain's training thread submits every collective and queues every graph replay,
+// the watchdogs only poll and abort. The communicators are non-blocking, and NCCL launches such a
+// communicator's kernels on a thread of its own: submit() waits (settle_locked) until the launch is
+// done before returning, which is what keeps one group's launch ahead of the next group's — do not
+// drop that wait. One run departs from the common order: with distributed.find_unused_parameters, a
+// bucket holding a parameter one rank left unused is launched from the reducer's finish() on that
+// rank but mid-backward on the others, so SyncBatchNorm's all-reduces fall on different sides of
+// it. Under the launch-completion order (runtime and driver ≥ 12.3: every CUDA 13 build) both
+// kernels are resident side by side and neither waits for the other to finish, so that is harmless;
+// where NCCL serialises instead (an older CUDA) such a run could deadlock (CUDA graphs, the other
+// serialising case, refuse find_unused_parameters). A group created with
+// `shares_gpu_with_other_groups` (every NCCL group of a run with synchronised BatchNorm:
+// launch/main.cpp) sets the variable to 1 when the environment leaves it unset or empty, before its
+// communicator exists, and refuses an NCCL older than 2.26 or an environment value NCCL reads as 0,
+// with a message saying what to change. (A 0 from an NCCL config file — NCCL_CONF_FILE,
+// ~/.nccl.conf, /etc/nccl.conf — is applied by NCCL later and only where the variable is unset, so
+// ours wins there.) A single communicator (the default run) is ordered by its one stream and pays
+// nothing. A one-rank communicator never reads the variable (NCCL runs its collectives as local
+// copies or scalings on the user's stream), so only a run on ≥ 2 GPUs exercises this.
 //
 // NCCL does not check that ranks agree on a collective (the MPI backend does, NOTE [ MPI
 // communication thread ]): ranks issuing different collectives, or one rank skipping one, hang
@@ -223,7 +230,8 @@ class NcclProcessGroup final : public ProcessGroup {
   WorkPtr replay_graph(const std::function<void()>& launch, int64_t collectives, int64_t tag = kNoTag) override;
 
   // Blocks the host until every collective submitted so far (and every graph replay queued
-  // through replay_graph()) has run; throws the group's first failure, if any.
+  // through replay_graph()) has run; throws the group's first failure, if any. Refused during a
+  // CUDA graph capture of the compute stream.
   void synchronize();
 
   Device device() const { return gpu_; }

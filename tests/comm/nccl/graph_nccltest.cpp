@@ -101,6 +101,9 @@ TEST_F(NcclGraphTest, HostWaitsAreRefusedDuringACapture) {
                                                  " of " + std::to_string(size()) +
                                                  ": it blocks the host until every rank has reached it, which a "
                                                  "CUDA graph capture cannot hold");
+    EXPECT_ERROR_CONTAINS(group_->synchronize(), "synchronize on rank " + std::to_string(rank()) + " of " +
+                                                     std::to_string(size()) +
+                                                     ": a host wait during a CUDA graph capture");
     WorkPtr w = group_->all_reduce(t, CollectiveReduce::Sum);
     EXPECT_ERROR_CONTAINS(dynamic_cast<NcclWork&>(*w).synchronize(),
                           "a host wait for a collective recorded into a CUDA graph");

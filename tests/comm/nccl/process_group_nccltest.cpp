@@ -114,6 +114,18 @@ TEST_F(NcclProcessGroupTest, RankAndSizeAreMpisWorld) {
   EXPECT_NE(group_->communication_stream(), compute_stream());
 }
 
+// Gradient all-reduces are launched in the middle of backward: their stream has the device's
+// highest priority, the compute stream the default one.
+TEST_F(NcclProcessGroupTest, CommunicationStreamHasTheHighestPriority) {
+  int least = 0, greatest = 0, comm = 0, compute = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  if (least == greatest) GTEST_SKIP() << "this GPU has a single stream priority (" << least << ")";
+  ASSERT_EQ(cudaStreamGetPriority(group_->communication_stream(), &comm), cudaSuccess);
+  ASSERT_EQ(cudaStreamGetPriority(compute_stream(), &compute), cudaSuccess);
+  EXPECT_EQ(comm, greatest) << "priorities range from " << least << " (lowest) to " << greatest;
+  EXPECT_LT(comm, compute) << "lower numbers are higher priorities";
+}
+
 TEST_F(NcclProcessGroupTest, AllReduceSumAndAverage) {
   // Rank r holds (r + 1) * (i + 1); odd length so no size divides it evenly.
   constexpr int64_t n = 1001;
@@ -307,6 +319,31 @@ TEST_F(NcclProcessGroupTest, WaitOrdersTheComputeStreamWithoutBlockingTheHost) {
   for (int64_t k = 0; k < size() * n; ++k) wrong += got[k] != static_cast<float>(k / n + 7);
   EXPECT_EQ(wrong, 0);
   EXPECT_TRUE(work->is_completed());
+}
+
+// synchronize() waits for the newest entry of each stream: a collective held back on the
+// communication stream is still to run after a graph replay queued later on the compute stream
+// (here a fill standing in for the graph) has run.
+TEST_F(NcclProcessGroupTest, SynchronizeWaitsForCollectivesAndReplaysAlike) {
+  Tensor t = zeros({16}, kFloat32, gpu_), u = zeros({16}, kFloat32, gpu_);
+  group_->all_reduce(t, CollectiveReduce::Sum)->wait();  // warm-up
+  group_->synchronize();
+  StreamGate gate(group_->communication_stream());
+  WorkPtr collective = group_->all_reduce(t, CollectiveReduce::Sum);  // queued behind the gate
+  WorkPtr replay = group_->replay_graph([&] { gpu_backend().fill(u, 1.0); }, 0);
+  gpu_backend().synchronize();  // the compute stream, with the replay, has run
+  ASSERT_TRUE(replay->is_completed());
+  ASSERT_FALSE(collective->is_completed()) << "the gate did not hold the communication stream";
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    gate.open();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  group_->synchronize();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  opener.join();
+  EXPECT_TRUE(collective->is_completed());
+  EXPECT_GE(waited, 0.2) << "synchronize() returned before the collective held on the communication stream had run";
 }
 
 // NCCL writes into tensors asynchronously: the group keeps them until the collective has run,
