@@ -357,6 +357,71 @@ TEST_F(ReducerTest, UnusedParametersAreNamedOrZeroFilled) {
   for (double v : m.named_parameters()[1].second.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(v, 3.0);
 }
 
+// A parameter used in one step and unused in the next: its bucket slot (its gradient home) still
+// holds the earlier step's averaged gradient, and find_unused_parameters must hand the optimiser
+// zeros, not that. Gradients set to none between the steps, as the trainer does.
+TEST_F(ReducerTest, AParameterUnusedAfterAUsedStepGetsZerosNotItsStaleGradient) {
+  Generator gen(3);
+  TwoHeads m(cpu_, gen);
+  broadcast_model_from_rank0(m, *group_);
+  Generator data(9);
+  Tensor x = randn({3, 4}, data, kFloat32, cpu_);
+  ReducerOptions options;
+  options.find_unused_parameters = true;
+  Reducer reducer(m.named_parameters(), *group_, options);
+  m.use_b = true;
+  for (int step = 0; step < 2; ++step) {  // the second step runs on the buckets replanned from the first
+    m.zero_grad(true);
+    reducer.prepare_for_backward(true);
+    sum(m.forward(x)).backward();
+    EXPECT_EQ(reducer.finish().unused_parameters, 0);
+  }
+  const Tensor b_bias = m.named_parameters()[3].second;
+  for (double v : b_bias.grad().to_vector<double>()) ASSERT_DOUBLE_EQ(v, 3.0) << "b.bias after the steps using b";
+  m.zero_grad(true);
+  m.use_b = false;
+  reducer.prepare_for_backward(true);
+  sum(m.forward(x)).backward();
+  EXPECT_EQ(reducer.finish().unused_parameters, 2);
+  for (size_t i : {size_t(2), size_t(3)}) {
+    const auto& [name, p] = m.named_parameters()[i];
+    ASSERT_TRUE(p.grad().defined()) << name;
+    for (double v : p.grad().to_vector<double>()) EXPECT_EQ(v, 0.0) << name << ": the earlier step's gradient";
+  }
+  for (double v : m.named_parameters()[1].second.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(v, 3.0) << "a.bias";
+}
+
+// Gradient accumulation after zero_grad(set_to_none): the first micro-step's backward writes each
+// gradient into its home (overwriting what the last step left there), the second adds to it.
+TEST_F(ReducerTest, AccumulationAfterSetToNoneStartsFromTheFirstMicroStep) {
+  auto m = model("mlp", 2);
+  broadcast_model_from_rank0(*m, *group_);
+  Reducer reducer(m->named_parameters(), *group_);
+  Generator data(11);
+  Tensor x = randn({4, 1, 28, 28}, data, kFloat32, cpu_);
+  Tensor y = labels(4, data);
+  // Each later step starts over homes the one before filled (the second also replans the buckets
+  // from the first's order).
+  for (int step = 0; step < 3; ++step) {
+    m->zero_grad(true);
+    reducer.prepare_for_backward(false);
+    cross_entropy(m->forward(x), y).backward();
+    reducer.prepare_for_backward(true);
+    cross_entropy(m->forward(x), y).backward();
+    reducer.finish();
+  }
+  auto fresh = model("mlp", 2);
+  broadcast_model_from_rank0(*fresh, *group_);
+  cross_entropy(fresh->forward(x), y).backward();
+  for (size_t i = 0; i < m->named_parameters().size(); ++i) {
+    const auto got = m->named_parameters()[i].second.grad().to_vector<double>();
+    const auto one = fresh->named_parameters()[i].second.grad().to_vector<double>();
+    double worst = 0;
+    for (size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(got[k] - 2 * one[k]));
+    EXPECT_LE(worst, 1e-5) << m->named_parameters()[i].first << ": not twice one micro-step's gradient";
+  }
+}
+
 TEST_F(ReducerTest, AccumulationStepsCommunicateOnlyWhenSynchronised) {
   auto m = model("mlp", 2);
   broadcast_model_from_rank0(*m, *group_);
