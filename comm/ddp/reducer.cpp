@@ -142,7 +142,11 @@ void Reducer::on_gradient_ready(size_t index) {
   Tensor& p = params_[index].second;
   Slot& slot = slots_[index];
   Tensor g = p.grad();
-  if (g.impl_ptr() != slot.view.impl_ptr()) {  // a fresh gradient: move it into the bucket
+  if (!g.defined()) {  // the ops gave it no gradient (the hook fires regardless): a zero one
+    NoGradGuard no_grad;
+    slot.view.zero_();
+    p.set_grad(slot.view);
+  } else if (g.impl_ptr() != slot.view.impl_ptr()) {  // a fresh gradient: move it into the bucket
     NoGradGuard no_grad;
     slot.view.copy_(g);
     p.set_grad(slot.view);

@@ -391,6 +391,37 @@ TEST_F(ReducerTest, AParameterUnusedAfterAUsedStepGetsZerosNotItsStaleGradient) 
   for (double v : m.named_parameters()[1].second.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(v, 3.0) << "a.bias";
 }
 
+// An op's backward may give an input no gradient at all: the parameter's AccumulateGrad still
+// fires its hook, with .grad unset. DDP counts that as a zero gradient (as for a parameter left
+// unused), in every step — the bucket slot is zeroed, not left with the last step's values.
+TEST_F(ReducerTest, AParameterAnOpGivesNoGradientGetsZeros) {
+  Generator gen(5);
+  Tensor w = randn({4}, gen, kFloat32, cpu_).set_requires_grad(true);
+  Tensor gate = randn({4}, gen, kFloat32, cpu_).set_requires_grad(true);
+  Reducer reducer({{"w", w}, {"gate", gate}}, *group_);
+  const Tensor x = full({4}, rank() + 1.0, kFloat32, cpu_);
+  for (int step = 0; step < 3; ++step) {
+    w.set_grad(Tensor());
+    gate.set_grad(Tensor());
+    if (step == 2) gate.set_grad(full({4}, 7.0, kFloat32, cpu_));  // a gradient from elsewhere is kept
+    reducer.prepare_for_backward(true);
+    const Tensor wx = mul(w, x);
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = mul(wx, 1.0);
+    }
+    record("gradient_for_the_first_input_only", out, {wx, gate},
+           [](const Tensor& g, const Node&) { return std::vector<Tensor>{g, Tensor()}; });
+    sum(out).backward();
+    reducer.finish();
+    const double mean_x = (size() + 1) / 2.0;  // the average over ranks of rank + 1
+    for (double v : w.grad().to_vector<double>()) EXPECT_DOUBLE_EQ(v, mean_x) << "w, step " << step;
+    ASSERT_TRUE(gate.grad().defined()) << "step " << step;
+    for (double v : gate.grad().to_vector<double>()) EXPECT_EQ(v, step == 2 ? 7.0 : 0.0) << "gate, step " << step;
+  }
+}
+
 // Gradient accumulation after zero_grad(set_to_none): the first micro-step's backward writes each
 // gradient into its home (overwriting what the last step left there), the second adds to it.
 TEST_F(ReducerTest, AccumulationAfterSetToNoneStartsFromTheFirstMicroStep) {
