@@ -137,10 +137,13 @@ EOF
     "$(target_file dptrain)" prepare-text --out "$stage/data/fortunes" >"$BUILD_DIR/prepare-text.log" 2>&1 ||
       die "dptrain prepare-text failed (Debian's fortunes corpus; launch/setup.sh installs it): $(tail -2 "$BUILD_DIR/prepare-text.log")"
   fi
+  # The tree the bundle was built from: HEAD, and whether anything tracked or new differed from it.
+  local dirty
+  dirty=$(git -C "$ROOT" status --porcelain 2>/dev/null | head -1)
   {
     echo "built: $(date -u +%FT%TZ) on $(hostname)"
     echo "source_dir: $ROOT"
-    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown) (plus uncommitted work)"
+    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)${dirty:+ (plus uncommitted work)}"
     echo "cpu_arch: $arch"
     echo "cuda: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown), sm_90"
     echo "openmpi: $(ompi_info --version 2>/dev/null | head -1), prefix $ompi_prefix; plugins left out:$skipped_plugins"
