@@ -423,10 +423,10 @@ NcclProcessGroup::NcclProcessGroup(MpiEnvironment& mpi, Device gpu, NcclProcessG
     }
   }
   try {
-    // The device's highest priority (issue 9; NCCL's own examples and Megatron do the same): a
-    // bucket's all-reduce, ready in the middle of backward, gets the SMs it needs ahead of the
-    // backward kernels queued behind it, so that it runs hidden instead of waiting for a gap; its
-    // kernels are few and small, so backward loses little. Captured kernels keep the priority.
+    // The device's highest priority (issue 9; PyTorch offers it as ProcessGroupNCCL's
+    // is_high_priority_stream option): a bucket's all-reduce, ready in the middle of backward,
+    // gets the SMs it needs ahead of the backward kernels queued behind it, so that it runs hidden
+    // instead of waiting for a gap; its kernels are few and small, so backward loses little.
     int least_priority = 0, greatest_priority = 0;
     DP_CUDA_CHECK(gpu_.index(), cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority),
                   "NcclProcessGroup: the stream priorities of ", gpu_.str());

@@ -3,7 +3,8 @@
 // NOTE [ NCCL streams and waits ]
 // The group owns one communication stream (non-blocking, of the device's highest priority, so
 // that a bucket's all-reduce ready mid-backward is not queued behind backward's kernels) on its
-// GPU; the compute stream is the CUDA backend's stream(). Each collective is queued, on the submitting thread, as
+// GPU; the compute stream is the CUDA backend's stream(). Each collective is queued, on the
+// submitting thread, as
 //   1. an event `ready` recorded on the compute stream, which the communication stream waits on,
 //      so NCCL reads the tensors only after the kernels that wrote them (submission order on the
 //      compute stream);
