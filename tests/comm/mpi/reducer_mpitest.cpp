@@ -443,19 +443,22 @@ TEST_F(ReducerTest, AccumulationStepsCommunicateOnlyWhenSynchronised) {
     reducer.prepare_for_backward(true);
     cross_entropy(m->forward(x), y).backward();
     reducer.finish();
-    if (step == 0) EXPECT_EQ(group_->log().next_sequence(), before + reducer.buckets().size());
+    if (step == 0) {
+      EXPECT_EQ(group_->log().next_sequence(), before + reducer.buckets().size());
+    }
   }
   // Same inputs on every rank: the average of two accumulated micro-steps is twice one step's
   // gradient, which a fresh single backward gives.
   auto fresh = model("mlp", 2);
   broadcast_model_from_rank0(*fresh, *group_);
   cross_entropy(fresh->forward(x), y).backward();
-  for (size_t i = 0; i < m->named_parameters().size(); ++i) {
-    const auto got = m->named_parameters()[i].second.grad().to_vector<double>();
-    const auto one = fresh->named_parameters()[i].second.grad().to_vector<double>();
+  const auto params = m->named_parameters(), fresh_params = fresh->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto got = params[i].second.grad().to_vector<double>();
+    const auto one = fresh_params[i].second.grad().to_vector<double>();
     double worst = 0;
     for (size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(got[k] - 2 * one[k]));
-    EXPECT_LE(worst, 1e-5) << m->named_parameters()[i].first << ": not twice one micro-step's gradient";
+    EXPECT_LE(worst, 1e-5) << params[i].first << ": not twice one micro-step's gradient";
   }
 }
 
