@@ -110,7 +110,8 @@ struct NcclGroupState {
   const std::chrono::milliseconds timeout;
 
   // Guards everything below and the Works' error_. Every NCCL call on `comm` is made under it:
-  // they never block for long, since the communicator is non-blocking.
+  // they never block for long, since the communicator is non-blocking. No CUDA launch is made
+  // under it (NOTE [ The watchdog never waits for a launch ]).
   std::mutex mutex;
   std::condition_variable wake;  // the watchdog's sleep; notified to stop it
   bool stopping = false;
@@ -182,11 +183,12 @@ struct NcclGroupState {
     abort_locked();
     for (Pending& p : pending) {
       NcclWork& work = *p.work;
-      work.error_ = &work == culprit ? text
-                                     : detail::concat(context(work), ": not completed, the group was broken "
-                                                      "while it waited: ", text);
+      work.error_ = &work == culprit ? text : broken_while_waiting(work);
       set_state(work, CollectiveState::Failed);
     }
+  }
+  std::string broken_while_waiting(const NcclWork& work) const {
+    return detail::concat(context(work), ": not completed, the group was broken while it waited: ", failure);
   }
 
   // Asks NCCL for an asynchronous error (a peer or the network failed) and breaks the group on one.
@@ -600,10 +602,16 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
   DP_CHECK(!(captured && host_wait), where(collective_op_name(fingerprint.op)), ": it blocks the host until every ",
            "rank has reached it, which a CUDA graph capture cannot hold (NOTE [ Collectives in CUDA graphs ])");
   if (output.defined()) output.bump_version();  // written in place, asynchronously
-  std::lock_guard lock(state_->mutex);  // also orders sequence numbers with launches
-  std::shared_ptr<NcclWork> work = open_work_locked(fingerprint, host_wait, captured);
-  work->captured_ = captured;
-  if (!work->error_.empty()) return work;
+  // NOTE [ The watchdog never waits for a launch ]: the state's mutex is held only around the
+  // bookkeeping and the NCCL call, never around a CUDA launch on a stream.
+  std::lock_guard launching(launch_mutex_);  // one submission at a time: sequence numbers in launch order
+  std::shared_ptr<NcclWork> work;
+  {
+    std::lock_guard lock(state_->mutex);
+    work = open_work_locked(fingerprint, host_wait, captured);
+    work->captured_ = captured;
+    if (!work->error_.empty()) return work;
+  }
   try {
     // NOTE [ NCCL streams and waits ]; under capture the same calls become the graph's edges.
     // Outside one the events also time the collective (NOTE [ Communication timed on the device ]
@@ -614,67 +622,112 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
     work->timed_ = !captured;
     DP_CUDA_CHECK(device, cudaEventRecord(work->ready_, backend_.stream()));
     DP_CUDA_CHECK(device, cudaStreamWaitEvent(comm_stream_, work->ready_, 0));
-    ncclComm_t comm = state_->comm;
-    const ncclDataType_t type = nccl_datatype(fingerprint.dtype);
-    const auto count = static_cast<size_t>(fingerprint.count);
-    ncclResult_t rc = ncclSuccess;
-    switch (fingerprint.op) {
-      case CollectiveOp::AllReduce:
-        if (count > 0) {
-          rc = ncclAllReduce(output.raw_data(), output.raw_data(), count, type, nccl_reduce_op(fingerprint.reduce),
-                             comm, comm_stream_);
-        }
-        break;
-      case CollectiveOp::Broadcast:
-        if (count > 0) {
-          rc = ncclBroadcast(output.raw_data(), output.raw_data(), count, type, fingerprint.root, comm,
-                             comm_stream_);
-        }
-        break;
-      case CollectiveOp::AllGather:  // in place when the input is this rank's slot of the output
-        if (count > 0) rc = ncclAllGather(input.raw_data(), output.raw_data(), count, type, comm, comm_stream_);
-        break;
-      case CollectiveOp::ReduceScatter:
-        if (count > 0) {
-          rc = ncclReduceScatter(input.raw_data(), output.raw_data(), count / static_cast<size_t>(size_), type,
-                                 nccl_reduce_op(fingerprint.reduce), comm, comm_stream_);
-        }
-        break;
-      case CollectiveOp::Barrier:
-        rc = ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm,
-                           comm_stream_);
-        break;
-      case CollectiveOp::GraphReplay:  // queued by replay_graph(), never submitted
-        throw Error("a graph replay is not a collective to submit");
-    }
-    if (rc == ncclInProgress) rc = state_->settle_locked();
-    if (rc == ncclInProgress) {
-      throw Error(detail::concat(nccl_call_name(fingerprint.op), " was still being launched after the timeout of ",
-                                 seconds_text(options_.timeout), " s"));
-    }
-    check_nccl(rc, comm, nccl_call_name(fingerprint.op));
-    DP_CUDA_CHECK(device, cudaEventRecord(work->done_, comm_stream_));
   } catch (const std::exception& e) {
+    std::lock_guard lock(state_->mutex);
     fail_launch_locked(*work, e);
     return work;
   }
-  if (captured) {
-    log_.set_state(work->sequence(), CollectiveState::Captured);  // its replays are watched instead
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->failure.empty()) {  // broken while the events were queued: the communicator has gone
+      work->error_ = detail::concat(state_->context(*work), ": not run, the group was broken while it was being "
+                                    "submitted: ", state_->failure);
+      log_.set_state(work->sequence(), CollectiveState::Failed);
+      return work;
+    }
+    try {
+      launch_collective_locked(fingerprint, input, output);
+    } catch (const std::exception& e) {
+      fail_launch_locked(*work, e);
+      return work;
+    }
+  }
+  try {
+    DP_CUDA_CHECK(device, cudaEventRecord(work->done_, comm_stream_));
+  } catch (const std::exception& e) {
+    std::lock_guard lock(state_->mutex);
+    fail_launch_locked(*work, e);
     return work;
   }
-  state_->pending.push_back({work, input, output, std::nullopt});
+  std::lock_guard lock(state_->mutex);
+  watch_launched_locked(work, input, output);
   return work;
+}
+
+void NcclProcessGroup::launch_collective_locked(const CollectiveFingerprint& fingerprint, const Tensor& input,
+                                                const Tensor& output) {
+  ncclComm_t comm = state_->comm;
+  const ncclDataType_t type = nccl_datatype(fingerprint.dtype);
+  const auto count = static_cast<size_t>(fingerprint.count);
+  ncclResult_t rc = ncclSuccess;
+  switch (fingerprint.op) {
+    case CollectiveOp::AllReduce:
+      if (count > 0) {
+        rc = ncclAllReduce(output.raw_data(), output.raw_data(), count, type, nccl_reduce_op(fingerprint.reduce), comm,
+                           comm_stream_);
+      }
+      break;
+    case CollectiveOp::Broadcast:
+      if (count > 0) {
+        rc = ncclBroadcast(output.raw_data(), output.raw_data(), count, type, fingerprint.root, comm, comm_stream_);
+      }
+      break;
+    case CollectiveOp::AllGather:  // in place when the input is this rank's slot of the output
+      if (count > 0) rc = ncclAllGather(input.raw_data(), output.raw_data(), count, type, comm, comm_stream_);
+      break;
+    case CollectiveOp::ReduceScatter:
+      if (count > 0) {
+        rc = ncclReduceScatter(input.raw_data(), output.raw_data(), count / static_cast<size_t>(size_), type,
+                               nccl_reduce_op(fingerprint.reduce), comm, comm_stream_);
+      }
+      break;
+    case CollectiveOp::Barrier:
+      rc = ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm,
+                         comm_stream_);
+      break;
+    case CollectiveOp::GraphReplay:  // queued by replay_graph(), never submitted
+      throw Error("a graph replay is not a collective to submit");
+  }
+  // NCCL launches a non-blocking communicator's kernels on a thread of its own: wait until it has
+  // (NOTE [ Several communicators on one GPU ]), at most for the timeout.
+  if (rc == ncclInProgress) rc = state_->settle_locked();
+  if (rc == ncclInProgress) {
+    throw Error(detail::concat(nccl_call_name(fingerprint.op), " was still being launched after the timeout of ",
+                               seconds_text(options_.timeout), " s"));
+  }
+  check_nccl(rc, comm, nccl_call_name(fingerprint.op));
+}
+
+void NcclProcessGroup::watch_launched_locked(const std::shared_ptr<NcclWork>& work, const Tensor& input,
+                                             const Tensor& output) {
+  if (work->captured_) {
+    log_.set_state(work->sequence(), CollectiveState::Captured);  // its replays are watched instead
+    return;
+  }
+  // Broken while this launch was queued: it fails like every collective the failure found pending;
+  // its tensors are still held until its (aborted) kernels have returned.
+  if (!state_->failure.empty() && work->error_.empty()) {
+    work->error_ = state_->broken_while_waiting(*work);
+    log_.set_state(work->sequence(), CollectiveState::Failed);
+  }
+  state_->pending.push_back({work, input, output, std::nullopt});
 }
 
 WorkPtr NcclProcessGroup::replay_graph(const std::function<void()>& launch, int64_t collectives, int64_t tag) {
   DP_CHECK(collectives >= 0, where("replay_graph"), ": a graph cannot hold ", collectives, " collectives");
   activate();
   const int device = gpu_.index();
-  std::lock_guard lock(state_->mutex);
-  std::shared_ptr<NcclWork> work =
-      open_work_locked({CollectiveOp::GraphReplay, CollectiveReduce::None, kUInt8, collectives, -1, tag}, false, false);
-  // A broken group does not replay: the graph's collectives would wait for peers that have stopped.
-  if (!work->error_.empty()) return work;
+  // NOTE [ The watchdog never waits for a launch ]: cudaGraphLaunch blocks when the compute
+  // stream's queue is full behind a hung collective; the watchdog must stay free to abort it.
+  std::lock_guard launching(launch_mutex_);
+  std::shared_ptr<NcclWork> work;
+  {
+    std::lock_guard lock(state_->mutex);
+    work = open_work_locked({CollectiveOp::GraphReplay, CollectiveReduce::None, kUInt8, collectives, -1, tag}, false,
+                            false);
+    // A broken group does not replay: the graph's collectives would wait for peers that have stopped.
+    if (!work->error_.empty()) return work;
+  }
   try {
     // NOTE [ Collectives in CUDA graphs ]: the replay, bracketed on the compute stream, is watched
     // as one collective.
@@ -684,10 +737,12 @@ WorkPtr NcclProcessGroup::replay_graph(const std::function<void()>& launch, int6
     launch();
     DP_CUDA_CHECK(device, cudaEventRecord(work->done_, backend_.stream()));
   } catch (const std::exception& e) {
+    std::lock_guard lock(state_->mutex);
     fail_launch_locked(*work, e);
     return work;
   }
-  state_->pending.push_back({work, Tensor(), Tensor(), std::nullopt});
+  std::lock_guard lock(state_->mutex);
+  watch_launched_locked(work, Tensor(), Tensor());
   return work;
 }
 

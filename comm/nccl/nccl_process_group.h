@@ -59,6 +59,20 @@
 // shows at the next submission or wait. A launch that NCCL rejects breaks the group the same way
 // (its Work fails; the error is thrown from wait(), as run-time errors are).
 //
+// NOTE [ The watchdog never waits for a launch ]
+// When a peer dies, the collective it left hangs and so does every stream that waits for it: the
+// training thread keeps queueing kernels until CUDA's launch queue is full, and then its next
+// launch blocks until the queue drains — which only the watchdog's abort makes happen. So the
+// watchdog's mutex (the group state's) is never held across a CUDA launch: submit() takes it to
+// open the Work, again for the NCCL call itself (non-blocking: bounded by the timeout, see
+// settle_locked), and again to hand the launched collective to the watchdog; the `ready` and
+// `done` records, and replay_graph()'s whole launch (cudaGraphLaunch is the launch that blocks in
+// a graphed run, where nearly every launch is one), run without it. A second mutex, held by the
+// submitting thread from start to end, keeps sequence numbers in launch order. A group broken
+// while a launch was under way fails that collective too ("not completed, the group was broken
+// while it waited"), or, before its NCCL call, does not make the call ("not run, the group was
+// broken while it was being submitted").
+//
 // NOTE [ Collectives in CUDA graphs ]
 // A collective submitted while the compute stream is being captured (run.cuda_graphs, NOTE [ CUDA
 // graphs ] in launch/graphed_step.h) is recorded into the graph, not run (NCCL supports stream
@@ -124,6 +138,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -249,6 +264,12 @@ class NcclProcessGroup final : public ProcessGroup {
                                              bool capturing);
   // `work`'s launch failed: it fails with `e` and the group is broken.
   void fail_launch_locked(NcclWork& work, const std::exception& e);
+  // The NCCL call of one collective on the communication stream, waited for until NCCL has
+  // launched it; throws what NCCL reports. Under the state's mutex.
+  void launch_collective_locked(const CollectiveFingerprint& fingerprint, const Tensor& input, const Tensor& output);
+  // Hands a launched `work` to the watchdog (or logs it captured); fails it if the group broke
+  // meanwhile. `input`/`output` are held until it has run.
+  void watch_launched_locked(const std::shared_ptr<NcclWork>& work, const Tensor& input, const Tensor& output);
   std::string where(const char* op) const;  // "NcclProcessGroup::all_gather on rank 1 of 4"
   // role: "tensor", "input" or "output", as the message names it.
   void check_tensor(const char* op, const char* role, const Tensor& tensor) const;
@@ -262,6 +283,9 @@ class NcclProcessGroup final : public ProcessGroup {
   const NcclProcessGroupOptions options_;
   int rank_ = -1, size_ = 0;
   std::shared_ptr<NcclGroupState> state_;
+  // Held by submit() and replay_graph() throughout (NOTE [ The watchdog never waits for a launch ]);
+  // taken before the state's mutex, never by the watchdog.
+  std::mutex launch_mutex_;
   CUstream_st* comm_stream_ = nullptr;
   Tensor barrier_buffer_;  // one float32 zero, all-reduced by barrier()
   std::thread watchdog_;

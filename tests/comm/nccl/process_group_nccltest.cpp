@@ -616,5 +616,62 @@ TEST_F(NcclWatchdogTest, ASkippedCollectiveTimesOutAndBreaksTheGroup) {
   MPI_Barrier(testing::test_mpi().world_comm());
 }
 
+// NOTE [ The watchdog never waits for a launch ]: behind a hung collective the training thread's
+// next launch blocks (CUDA's queue is full); the watchdog must still time the hang out and abort,
+// which is what unblocks that launch. Here a replay hangs (a gate holds the compute stream inside
+// it; a helper opens it after 8 s, in case aborting waits for the device) and the next replay's
+// launch blocks on the host until the test sees the hung one fail — or for 20 s, which is what
+// happens when the watchdog waits for the launch (the hung replay then ends when the gate opens,
+// without failing). Every rank runs it alone: no collective crosses ranks.
+TEST_F(NcclWatchdogTest, AReplayBlockedInItsLaunchDoesNotHoldTheWatchdogBack) {
+  using Clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
+  std::unique_ptr<StreamGate> gate;
+  WorkPtr hung = group_->replay_graph([&] { gate = std::make_unique<StreamGate>(compute_stream()); }, 0, /*tag=*/1);
+  if (gate == nullptr) {  // no ASSERT: the other ranks would wait in the barrier below
+    ADD_FAILURE() << "replay_graph did not call the launch";
+    MPI_Barrier(testing::test_mpi().world_comm());
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  std::atomic<bool> in_launch{false}, launcher_done{false}, release{false}, gave_up{false};
+  std::thread opener([&] {
+    while (!release && Clock::now() - start < std::chrono::seconds(8)) std::this_thread::sleep_for(milliseconds(1));
+    gate->open();
+  });
+  WorkPtr blocked;
+  std::thread launcher([&] {
+    blocked = group_->replay_graph(
+        [&] {
+          in_launch = true;
+          while (!release && Clock::now() - start < std::chrono::seconds(20))
+            std::this_thread::sleep_for(milliseconds(1));
+          gave_up = !release;
+        },
+        0, /*tag=*/2);
+    launcher_done = true;
+  });
+  while (!in_launch && !launcher_done) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(in_launch) << "the second replay never reached its launch";
+  while (!hung->is_completed() && Clock::now() - start < std::chrono::seconds(30))
+    std::this_thread::sleep_for(milliseconds(10));
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  release = true;
+  launcher.join();
+  opener.join();
+  EXPECT_FALSE(gave_up) << "the hung replay ended only after the blocked launch gave up (" << waited << " s)";
+  EXPECT_LT(waited, 15.0);
+  const std::string prefix = "NCCL process group, rank " + std::to_string(rank()) + " of " + std::to_string(size());
+  EXPECT_ERROR_CONTAINS(hung->wait(), prefix + ", collective #0 graph_replay(0 collectives, tag 1): has not "
+                                               "completed after");
+  if (blocked != nullptr) {
+    EXPECT_TRUE(blocked->is_completed());
+    EXPECT_ERROR_CONTAINS(blocked->wait(), prefix + ", collective #1 graph_replay(0 collectives, tag 2): not "
+                                                    "completed, the group was broken while it waited: " + prefix);
+  }
+  EXPECT_ERROR_CONTAINS(group_->synchronize(), "has not completed after");
+  MPI_Barrier(testing::test_mpi().world_comm());
+}
+
 }  // namespace
 }  // namespace dp
