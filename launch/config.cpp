@@ -776,6 +776,42 @@ ScheduleSteps schedule_steps(const Config& config, int64_t steps_per_epoch) {
   return out;
 }
 
+// NOTE [ A schedule that does not fit its run ]
+// Steps per epoch are known only once the data is (dataset size, batch size, ranks, token
+// batching), so these checks run when the run is built, not when the config is read. A cosine,
+// poly or linear schedule decays from the end of its warmup to its last step: a warmup as long as
+// the schedule leaves nothing to decay, which is refused (the recipe's keys named). A constant or
+// step schedule still trains with a warmup that never ends, or with a step milestone after the
+// end — the learning rate then never reaches optimizer.lr, or that decay never happens — which is
+// what a recipe run with fewer epochs gives, so the run goes on and says so. run.max_steps, a cut
+// the user asks for, is not the schedule's end and is not compared.
+std::vector<std::string> check_schedule_fits(const Config& config, int64_t steps_per_epoch) {
+  const ScheduleConfig& s = config.schedule;
+  const ScheduleSteps steps = schedule_steps(config, steps_per_epoch);
+  const std::string warmup =
+      s.warmup_steps > 0 ? detail::concat("schedule.warmup_steps (", s.warmup_steps, ")")
+                         : detail::concat("schedule.warmup_epochs (", s.warmup_epochs, " = ", steps.warmup, " steps)");
+  const std::string end = s.total_steps > 0 ? detail::concat("schedule.total_steps (", s.total_steps, ")")
+                                            : detail::concat("run.epochs (", config.run.epochs, " x ", steps_per_epoch,
+                                                             " steps = ", steps.total, ")");
+  const bool decays = s.name == "cosine" || s.name == "poly" || s.name == "linear";
+  if (decays && steps.warmup >= steps.total)
+    throw Error(detail::concat(warmup, " must end before the ", s.name, " schedule does at ", end,
+                               ": shorten the warmup or lengthen the run"));
+  std::vector<std::string> warnings;
+  if (steps.warmup > 0 && steps.warmup >= steps.total)
+    warnings.push_back(detail::concat(warmup, " outlasts the schedule, which ends at ", end,
+                                      ": the learning rate stays below optimizer.lr (", config.optimizer.lr, ")"));
+  if (s.name == "step")
+    for (double e : s.step_epochs) {
+      const auto milestone = static_cast<int64_t>(std::llround(e * static_cast<double>(steps_per_epoch)));
+      if (milestone >= steps.total)
+        warnings.push_back(detail::concat("schedule.step_epochs: the decay at epoch ", e, " (step ", milestone,
+                                          ") comes after the schedule ends at ", end, ": it never happens"));
+    }
+  return warnings;
+}
+
 DType autocast_dtype_of(const std::string& precision) {
   if (precision == "bf16") return kBFloat16;
   if (precision == "fp16") return kFloat16;

@@ -250,6 +250,11 @@ struct ScheduleSteps {
 };
 ScheduleSteps schedule_steps(const Config& config, int64_t steps_per_epoch);
 
+// NOTE [ A schedule that does not fit its run ] (config.cpp): throws a dp::Error naming the keys
+// when a decaying schedule's warmup does not end before the schedule does; else returns what the
+// run should be told (a warmup that never ends, step milestones after the end), one line each.
+std::vector<std::string> check_schedule_fits(const Config& config, int64_t steps_per_epoch);
+
 // Loads `path` and applies overrides "section.key=value" (value parsed as YAML, so
 // `model.mlp_hidden=[512,256]` works). Throws dp::Error with an actionable message.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});

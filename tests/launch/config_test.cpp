@@ -197,6 +197,47 @@ TEST(Config, ShippedRecipesLoad) {
   EXPECT_EQ(c.data.batch_size, 128);
 }
 
+// NOTE [ A schedule that does not fit its run ]: a decaying schedule whose warmup leaves nothing to
+// decay is refused naming the keys; a constant or step schedule trains on and says what it will
+// not do; run.max_steps is not the schedule's end.
+TEST(Config, ASchedulesWarmupAndMilestonesAreCheckedAgainstItsLength) {
+  auto fits = [](const std::string& schedule, int64_t steps_per_epoch) {
+    return check_schedule_fits(config_from_yaml_string("run: {epochs: 3, max_steps: 5}\nschedule: " + schedule,
+                                                       "test.yaml"),
+                               steps_per_epoch);
+  };
+  for (const char* name : {"cosine", "poly", "linear"}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(fits(std::string("{name: ") + name + ", warmup_epochs: 2.9}", 100).empty());
+    EXPECT_ERROR_CONTAINS(fits(std::string("{name: ") + name + ", warmup_epochs: 3}", 100),
+                          std::string("schedule.warmup_epochs (3 = 300 steps) must end before the ") + name +
+                              " schedule does at run.epochs (3 x 100 steps = 300): shorten the warmup or lengthen "
+                              "the run");
+    EXPECT_ERROR_CONTAINS(fits(std::string("{name: ") + name + ", warmup_steps: 50, total_steps: 50}", 100),
+                          "schedule.warmup_steps (50) must end before the " + std::string(name) +
+                              " schedule does at schedule.total_steps (50)");
+  }
+  EXPECT_TRUE(fits("{name: constant, warmup_epochs: 2.99}", 100).empty());
+  EXPECT_THAT(fits("{name: constant, warmup_steps: 300}", 100),
+              ::testing::ElementsAre("schedule.warmup_steps (300) outlasts the schedule, which ends at run.epochs (3 x "
+                                     "100 steps = 300): the learning rate stays below optimizer.lr (0.05)"));
+  EXPECT_TRUE(fits("{name: step, step_epochs: [1, 2.99]}", 100).empty());
+  EXPECT_THAT(fits("{name: step, step_epochs: [1, 3, 4]}", 100),
+              ::testing::ElementsAre(HasSubstr("the decay at epoch 3 (step 300) comes after the schedule ends at "
+                                               "run.epochs (3 x 100 steps = 300): it never happens"),
+                                     HasSubstr("the decay at epoch 4 (step 400)")));
+  // The shipped recipes fit their runs (ImageNet's 1,281,167 images at their batch sizes; the
+  // small recipes at Fashion-MNIST's 469 steps of 128).
+  const std::filesystem::path dir = std::filesystem::path(DPTRAIN_SOURCE_DIR) / "configs";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const Config c = load_config(entry.path().string());
+    const int64_t steps_per_epoch = c.data.dataset == "image_folder" ? 1281167 / c.data.batch_size : 469;
+    EXPECT_THAT(check_schedule_fits(c, steps_per_epoch), ::testing::IsEmpty());
+  }
+}
+
 // Issue 10, class 6: shapes yaml-cpp accepts but a recipe must not have.
 TEST(Config, DuplicatedKeysAndSectionsAreRefusedNamingBothLines) {
   EXPECT_EQ(load_error("optimizer:\n  lr: 0.1\n  lr: 0.2\n"),

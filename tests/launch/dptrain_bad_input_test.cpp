@@ -132,6 +132,17 @@ TEST_F(BadInput, InitFromMissingOrMisfittingWeights) {
   EXPECT_THAT(r.output, HasSubstr("missing: "));
 }
 
+// NOTE [ A schedule that does not fit its run ]: refused before the model is built, or said once
+// at the start while the run goes on.
+TEST_F(BadInput, AScheduleLongerThanTheRunIsRefusedOrSaid) {
+  expect_error(run_dptrain("--config " + config("schedule: {name: cosine, warmup_epochs: 1000}\n")),
+               "schedule.warmup_epochs (1000 = ");
+  const Result r = run_dptrain("--config " + config("schedule: {name: constant, warmup_epochs: 1000}\n"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\nwarning: schedule.warmup_epochs (1000 = ")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the learning rate stays below optimizer.lr (0.05)"));
+}
+
 TEST_F(BadInput, CudaDeviceWithoutGpuIsAClearError) {
   Result r = run_dptrain("--config " + config("") + " --set run.device=cuda");
   // Either no GPU (this machine, CI) or a build without CUDA: both must be a clean error; on a
