@@ -289,6 +289,8 @@ Section<RunConfig> run_section() {
            field("cuda_graph_warmup", &RunConfig::cuda_graph_warmup, integer_in(1, 1000)),
            field("channels_last", &RunConfig::channels_last, one_of(kChannelsLast)),
            field("max_skipped_steps", &RunConfig::max_skipped_steps, integer_in(1, limits::kMaxSkippedSteps)),
+           field("cpu_memory_limit_gib", &RunConfig::cpu_memory_limit_gib,
+                 number_in(0.0, false, 1048576.0, "a number of GiB in [0, 1048576] (0: automatic)", true)),
            field("precision", &RunConfig::precision, one_of(kPrecisions))},
           [](const RunConfig& r, const Context& c) {
             if (r.eval_offset >= r.eval_every)

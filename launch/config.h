@@ -111,6 +111,11 @@ struct RunConfig {
   // A run whose optimiser step is skipped (non-finite gradient norm) this many times in a row has
   // diverged: it stops with an error instead of skipping forever.
   int64_t max_skipped_steps = 10;
+  // NOTE [ CPU memory limit ] (runtime/backend/cpu/cpu_backend.h): CPU tensors beyond this many
+  // GiB per process are refused with an error instead of the out-of-memory killer's silent kill;
+  // 0: this node's usable memory (physical + swap, or its cgroup's limit when lower) divided by
+  // the ranks on the node.
+  double cpu_memory_limit_gib = 0;
 };
 
 struct DataConfig {

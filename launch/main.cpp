@@ -28,6 +28,7 @@
 #include "launch/trainer.h"
 #include "launch/version.h"
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/core/runtime.h"
 
 namespace {
@@ -103,6 +104,17 @@ int main(int argc, char** argv) {
     runtime_options.cpu_threads = static_cast<int>(config.run.threads);
     runtime_options.allow_tf32 = config.run.allow_tf32;
     runtime_options.cudnn_benchmark = config.run.cudnn_benchmark;
+    // NOTE [ CPU memory limit ] (runtime/backend/cpu/cpu_backend.h)
+    if (config.run.cpu_memory_limit_gib > 0) {
+      runtime_options.cpu_memory_limit_bytes = static_cast<size_t>(config.run.cpu_memory_limit_gib * 1073741824.0);
+      runtime_options.cpu_memory_limit_source = "run.cpu_memory_limit_gib";
+    } else {
+      const dp::HostMemory memory = dp::host_memory();
+      runtime_options.cpu_memory_limit_bytes = dp::automatic_cpu_memory_limit(memory, world.local_size);
+      runtime_options.cpu_memory_limit_source =
+          "run.cpu_memory_limit_gib 0: 90 % of the memory this node had left at the start, " + memory.describe() +
+          (world.local_size > 1 ? ", shared by its " + std::to_string(world.local_size) + " ranks" : std::string());
+    }
     dp::Runtime runtime(runtime_options);
     const auto timeout = std::chrono::milliseconds(std::llround(config.distributed.timeout_s * 1000.0));
     if (world_size > 1 && runtime.device(device).is_cuda()) {

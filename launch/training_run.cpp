@@ -17,6 +17,7 @@
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/io/tensor_file.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
@@ -32,11 +33,6 @@ int64_t checked_product(int64_t a, int64_t b, const char* what) {
   int64_t out = 0;
   DP_CHECK(!__builtin_mul_overflow(a, b, &out), what, " (", a, " x ", b, ") overflows a 64-bit count");
   return out;
-}
-
-double physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
 void check_loader_memory(const Config& config, int64_t train_batch, int64_t train_sample_bytes, int64_t eval_batch,
@@ -106,7 +102,7 @@ void check_loader_memory(const Config& config, int64_t train_batch, int64_t trai
   const int64_t slots = d.prefetch + 1;
   const double train_bytes = static_cast<double>(train_batch) * static_cast<double>(train_sample_bytes) * slots;
   const double test_bytes = static_cast<double>(eval_batch) * static_cast<double>(eval_sample_bytes) * slots;
-  const double memory = physical_memory_bytes();
+  const double memory = host_memory().physical_bytes;
   if (memory > 0 && train_bytes + test_bytes > memory / 2) {
     char text[400];
     std::snprintf(text, sizeof text,

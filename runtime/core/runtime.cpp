@@ -1,6 +1,7 @@
 #include "runtime/core/runtime.h"
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/core/host_memory.h"
 #ifdef DPTRAIN_HAVE_CUDA
 #include "runtime/backend/cuda/cuda_backend.h"
 #endif
@@ -8,7 +9,15 @@
 namespace dp {
 
 Runtime::Runtime(const RuntimeOptions& options)
-    : options_(options), cpu_(std::make_unique<CpuBackend>(options.cpu_threads)) {}
+    : options_(options), cpu_(std::make_unique<CpuBackend>(options.cpu_threads)) {
+  if (options.cpu_memory_limit_bytes) {
+    cpu_->set_memory_limit(*options.cpu_memory_limit_bytes, options.cpu_memory_limit_source);
+  } else {
+    const HostMemory memory = host_memory();
+    cpu_->set_memory_limit(automatic_cpu_memory_limit(memory, 1),
+                           "90 % of the memory this machine had left at the start, " + memory.describe());
+  }
+}
 Runtime::~Runtime() = default;
 
 Device Runtime::cpu() { return Device(cpu_.get()); }

@@ -2,7 +2,9 @@
 // out Devices. main() creates one and passes it (or its Devices) down; there is no global.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,12 @@ struct RuntimeOptions {
   // convolution algorithms chosen by timing (cudnn benchmark).
   bool allow_tf32 = false;
   bool cudnn_benchmark = true;
+  // NOTE [ CPU memory limit ] (backend/cpu/cpu_backend.h): the CPU backend refuses an allocation
+  // that would take the bytes it holds past this; unset, this machine's usable memory
+  // (host_memory(): physical + swap, or the cgroup's limit when lower); 0, no limit.
+  // cpu_memory_limit_source says where the figure comes from, in the error.
+  std::optional<size_t> cpu_memory_limit_bytes;
+  std::string cpu_memory_limit_source;
 };
 
 class Runtime {

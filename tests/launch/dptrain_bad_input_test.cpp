@@ -143,6 +143,17 @@ TEST_F(BadInput, AScheduleLongerThanTheRunIsRefusedOrSaid) {
   EXPECT_THAT(r.output, HasSubstr("the learning rate stays below optimizer.lr (0.05)"));
 }
 
+// NOTE [ CPU memory limit ]: a batch the CPU cannot hold is an error naming the limit, not the
+// out-of-memory killer's silent exit 137 (here with a small explicit limit; the automatic one is
+// the node's available memory).
+TEST_F(BadInput, ABatchPastTheCpuMemoryLimitIsAClearError) {
+  expect_error(run_dptrain("--config " + config("data: {batch_size: 4096}\n") + " --set run.cpu_memory_limit_gib=0.2"),
+               "over its limit of 0.20 GiB (run.cpu_memory_limit_gib); past it Linux would kill the run without a "
+               "message. Lower the batch size or the model's size");
+  expect_error(run_dptrain("--config " + config("") + " --set run.cpu_memory_limit_gib=-1"),
+               "run.cpu_memory_limit_gib: expected a number of GiB in [0, 1048576] (0: automatic), got -1");
+}
+
 TEST_F(BadInput, CudaDeviceWithoutGpuIsAClearError) {
   Result r = run_dptrain("--config " + config("") + " --set run.device=cuda");
   // Either no GPU (this machine, CI) or a build without CUDA: both must be a clean error; on a

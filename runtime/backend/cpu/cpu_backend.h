@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/backend/backend.h"
@@ -24,6 +25,18 @@ namespace dp {
 // has its own rows and padded length): with exact sizes every distinct shape kept its own blocks
 // and a BERT-tiny run held 1.3 GB. For a fixed-shape run the memory held is the peak of one step;
 // release_cached() returns it to the system.
+//
+// NOTE [ CPU memory limit ]
+// Linux hands out memory it does not have (overcommit) and, when a process touches more than the
+// machine or its cgroup holds (a batch too large for the CPU, a GPU recipe run on the CPU, ranks
+// sharing a node), its out-of-memory killer ends the process with SIGKILL: no message, exit 137,
+// and under Slurm one line about an "oom_kill event". So the cache counts the bytes it holds from
+// the system (in use and cached) and refuses, with a dp::Error naming the sizes and where the
+// limit comes from, an allocation that would take them past the limit — after giving its cached
+// blocks back first. Only tensors are counted (the libraries' own scratch, the program and its
+// libraries are not), so the limit errs towards letting a run through; a run that the error stops
+// would have been killed. The Runtime sets it to this machine's usable memory (host_memory());
+// dptrain divides it among the ranks on a node (run.cpu_memory_limit_gib).
 class CpuBlockCache {
  public:
   ~CpuBlockCache();
@@ -31,12 +44,19 @@ class CpuBlockCache {
   void deallocate(void* ptr, size_t nbytes);
   void release_cached();
   size_t cached_bytes() const;
+  size_t held_bytes() const;  // from the system: in use and cached
+  // 0: no limit. `source` says where the figure comes from, for the error.
+  void set_limit(size_t bytes, std::string source);
+  size_t limit() const;
 
  private:
   static size_t rounded(size_t nbytes);
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;  // rounded size → free blocks
   size_t cached_bytes_ = 0;
+  size_t held_bytes_ = 0;
+  size_t limit_ = 0;
+  std::string limit_source_;
 };
 
 // float32 GEMM: OpenBLAS, oneDNN (NOTE [ CPU float32 GEMM on oneDNN ] in gemm.cpp) or Eigen;
@@ -69,6 +89,10 @@ class CpuBackend final : public Backend {
   // Returns cached free blocks to the system (see NOTE [ CPU caching allocator ]).
   void release_cached() { cache_.release_cached(); }
   size_t cached_bytes() const { return cache_.cached_bytes(); }
+  // NOTE [ CPU memory limit ]: 0 for none; `source` is named in the error.
+  void set_memory_limit(size_t bytes, std::string source) { cache_.set_limit(bytes, std::move(source)); }
+  size_t memory_limit() const { return cache_.limit(); }
+  size_t held_bytes() const { return cache_.held_bytes(); }
   void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
   void synchronize() override {}

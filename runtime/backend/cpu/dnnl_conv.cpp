@@ -16,6 +16,7 @@
 #include "runtime/backend/cpu/bf16_gemm.h"
 #include "runtime/backend/cpu/omp_threads_scope.h"
 #include "runtime/core/error.h"
+#include "runtime/ops/creation.h"
 
 namespace dp::cpu {
 
@@ -105,27 +106,6 @@ struct Compiled {
   memory::desc bias;  // plain [K]; input of forward, output of backward weights
 };
 
-// An aligned buffer that only grows.
-class Buffer {
- public:
-  void* get(size_t bytes) {
-    if (bytes > size_) {
-      const size_t rounded = (bytes + 4095) / 4096 * 4096;
-      data_.reset(static_cast<unsigned char*>(std::aligned_alloc(64, rounded)));
-      if (!data_) throw Error(detail::concat("oneDNN convolution: out of memory for a ", rounded, "-byte buffer"));
-      size_ = rounded;
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(unsigned char* p) const { std::free(p); }
-  };
-  std::unique_ptr<unsigned char, Free> data_;
-  size_t size_ = 0;
-};
-
 class ThreadCache {
  public:
   ThreadCache() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
@@ -145,18 +125,27 @@ class ThreadCache {
   }
 
   // Runs c on user pointers (bias: forward's input or backward weights' output; may be null);
-  // with `sum` (c.can_sum) adds the result into out.
-  void run(const Compiled& c, const void* in0, const void* in1, void* out, void* bias, bool sum) {
+  // with `sum` (c.can_sum) adds the result into out. The blocked copies and the scratchpad are
+  // tensors of `cpu` for the call's length: its caching allocator hands the same blocks out again
+  // (to the next call, or to any tensor), and they count towards its limit (NOTE [ CPU memory
+  // limit ] in cpu_backend.h) — buffers of our own would hold the largest call's sizes for the
+  // thread's life, unseen by the limit.
+  void run(const Compiled& c, const void* in0, const void* in1, void* out, void* bias, bool sum, Device cpu) {
+    std::array<Tensor, 4> buffers;  // in0, in1, out, scratchpad
+    const auto buffer = [&](int i, size_t bytes) {
+      buffers[i] = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, kUInt8, cpu);
+      return buffers[i].raw_data();
+    };
     std::unordered_map<int, memory> args;
-    args.emplace(c.arg_in0, input(c.in0, in0, buffers_[0]));
-    args.emplace(c.arg_in1, input(c.in1, in1, buffers_[1]));
+    args.emplace(c.arg_in0, input(c.in0, in0, c.in0.reordered ? buffer(0, c.in0.inner.get_size()) : nullptr));
+    args.emplace(c.arg_in1, input(c.in1, in1, c.in1.reordered ? buffer(1, c.in1.inner.get_size()) : nullptr));
     memory user_out(c.out.user, engine_, out);
-    memory inner_out = c.out.reordered || sum ? memory(c.out.inner, engine_, buffers_[2].get(c.out.inner.get_size()))
+    memory inner_out = c.out.reordered || sum ? memory(c.out.inner, engine_, buffer(2, c.out.inner.get_size()))
                                               : user_out;
     args.emplace(c.arg_out, inner_out);
     if (bias != nullptr)
       args.emplace(c.arg_out == DNNL_ARG_DST ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, memory(c.bias, engine_, bias));
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(c.scratch, engine_, buffers_[3].get(std::max<size_t>(c.scratch.get_size(), 1))));
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(c.scratch, engine_, buffer(3, c.scratch.get_size())));
     c.primitive.execute(stream_, args);
     if (sum) c.out_sum.execute(stream_, inner_out, user_out);
     else if (c.out.reordered) c.out.out.execute(stream_, inner_out, user_out);
@@ -164,10 +153,10 @@ class ThreadCache {
   }
 
  private:
-  memory input(const Operand& o, const void* user, Buffer& buffer) {
+  memory input(const Operand& o, const void* user, void* buffer) {
     memory u(o.user, engine_, const_cast<void*>(user));
     if (!o.reordered) return u;
-    memory inner(o.inner, engine_, buffer.get(o.inner.get_size()));
+    memory inner(o.inner, engine_, buffer);
     o.in.execute(stream_, u, inner);
     return inner;
   }
@@ -258,7 +247,6 @@ class ThreadCache {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<Key, Compiled, KeyHash> compiled_;
-  Buffer buffers_[4];  // in0, in1, out, scratchpad
 };
 
 ThreadCache& thread_cache() {
@@ -282,7 +270,7 @@ bool auto_choice(int64_t pass, const Geometry& g) {
 
 // Runs `pass` on oneDNN when chosen; false when the im2col path should.
 bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1, void* out, void* bias, bool sum,
-              int threads, ConvPath path) {
+              int threads, ConvPath path, Device cpu) {
   if (path == ConvPath::Im2col) return false;
   if (g.dtype != kFloat32 && !(g.dtype == kBFloat16 && bf16_gemm_available())) return false;
   if (g.N == 0 || g.C == 0 || g.K == 0 || g.OH <= 0 || g.OW <= 0) return false;  // nothing oneDNN can describe
@@ -308,7 +296,7 @@ bool convolve(int64_t pass, const Geometry& g, const void* in0, const void* in1,
   }
   OmpThreadsScope scope(threads);
   try {
-    cache.run(*c, in0, in1, out, bias, sum);
+    cache.run(*c, in0, in1, out, bias, sum, cpu);
   } catch (const dnnl::error& e) {
     throw Error(detail::concat(describe(pass, g), ": oneDNN failed (", e.what(), ")"));
   }
@@ -337,20 +325,21 @@ bool dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, c
                          int threads, ConvPath path) {
   const Geometry g = geometry("conv2d_forward", x, w, y, p, bias.defined());
   return convolve(kForward, g, x.raw_data(), w.raw_data(), y.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
-                  false, threads, path);
+                  false, threads, path, x.device());
 }
 
 bool dnnl_conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
                                 bool accumulate, int threads, ConvPath path) {
   const Geometry g = geometry("conv2d_backward_input", dx, w, dy, p, false);
-  return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, accumulate, threads, path);
+  return convolve(kBackwardData, g, dy.raw_data(), w.raw_data(), dx.raw_data(), nullptr, accumulate, threads, path,
+                  dy.device());
 }
 
 bool dnnl_conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& dbias,
                                  const Conv2dParams& p, int threads, ConvPath path) {
   const Geometry g = geometry("conv2d_backward_weight", x, dw, dy, p, dbias.defined());
   return convolve(kBackwardWeights, g, x.raw_data(), dy.raw_data(), dw.raw_data(),
-                  dbias.defined() ? dbias.raw_data() : nullptr, false, threads, path);
+                  dbias.defined() ? dbias.raw_data() : nullptr, false, threads, path, x.device());
 }
 
 }  // namespace dp::cpu

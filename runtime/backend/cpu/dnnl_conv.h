@@ -18,8 +18,9 @@
 //
 // As in NOTE [ CPU bfloat16 GEMM ]: primitives are compiled (JIT) once per calling thread and
 // everything that shapes them (geometry, dtype, bias, thread team), and each call only wraps
-// pointers; the scratchpad is ours (per thread, grown, reused), as are the buffers for blocked
-// copies; the primitive runs on `threads` OpenMP threads. bfloat16 keeps float32 accumulation:
+// pointers; the scratchpad and the buffers for blocked copies are tensors of the CPU device for the
+// call's length (its caching allocator hands the blocks out again, and counts them: NOTE [ CPU
+// memory limit ] in cpu_backend.h); the primitive runs on `threads` OpenMP threads. bfloat16 keeps float32 accumulation:
 // oneDNN sums in float32 and rounds once into the bfloat16 output or gradient.
 // float64 (oneDNN has none), other dtypes and what oneDNN refuses stay on the im2col path.
 //

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -64,23 +65,56 @@ size_t CpuBlockCache::rounded(size_t nbytes) {
   return (nbytes + unit - 1) / unit * unit;
 }
 
+namespace {
+
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
 void* CpuBlockCache::allocate(size_t nbytes) {
   const size_t size = rounded(nbytes);
-  {
+  // Takes a cached block of this size, else counts `size` as held (NOTE [ CPU memory limit ]):
+  // false when that would pass the limit.
+  const auto take = [&](void*& block) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = free_.find(size);
     if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
+      block = it->second.back();
       it->second.pop_back();
       cached_bytes_ -= size;
-      return p;
+      return true;
+    }
+    if (limit_ != 0 && (size > limit_ || held_bytes_ > limit_ - size)) return false;
+    held_bytes_ += size;
+    return true;
+  };
+  void* p = nullptr;
+  if (!take(p)) {
+    release_cached();  // the cached blocks of other sizes count too: give them back, then ask again
+    if (!take(p)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      throw Error(detail::concat("CPU memory: a tensor of ", gib_text(static_cast<double>(nbytes)),
+                                 " would bring what this process holds for tensors to ",
+                                 gib_text(static_cast<double>(held_bytes_) + static_cast<double>(size)),
+                                 ", over its limit of ", gib_text(static_cast<double>(limit_)), " (", limit_source_,
+                                 "); past it Linux would kill the run without a message. Lower the batch size or "
+                                 "the model's size"));
     }
   }
+  if (p != nullptr) return p;
   // 64-byte alignment: one cache line, and aligned AVX-512 loads.
-  void* p = std::aligned_alloc(64, size);
+  p = std::aligned_alloc(64, size);
   if (!p) {  // give the cache back and try once more before failing
     release_cached();
     p = std::aligned_alloc(64, size);
+  }
+  if (!p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_bytes_ -= size;
   }
   DP_CHECK(p != nullptr, "CPU backend: out of memory allocating ", nbytes, " bytes");
   return p;
@@ -98,7 +132,24 @@ void CpuBlockCache::release_cached() {
   for (auto& [size, blocks] : free_)
     for (void* p : blocks) std::free(p);
   free_.clear();
+  held_bytes_ -= cached_bytes_;
   cached_bytes_ = 0;
+}
+
+size_t CpuBlockCache::held_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_bytes_;
+}
+
+void CpuBlockCache::set_limit(size_t bytes, std::string source) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = bytes;
+  limit_source_ = std::move(source);
+}
+
+size_t CpuBlockCache::limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return limit_;
 }
 
 size_t CpuBlockCache::cached_bytes() const {
