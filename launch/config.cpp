@@ -790,24 +790,28 @@ ScheduleSteps schedule_steps(const Config& config, int64_t steps_per_epoch) {
 std::vector<std::string> check_schedule_fits(const Config& config, int64_t steps_per_epoch) {
   const ScheduleConfig& s = config.schedule;
   const ScheduleSteps steps = schedule_steps(config, steps_per_epoch);
+  const bool decays = s.name == "cosine" || s.name == "poly" || s.name == "linear";
+  // schedule.total_steps is where a decay ends; constant and step do not read it and run to the
+  // run's end.
+  const bool by_total_steps = decays && s.total_steps > 0;
+  const int64_t last = by_total_steps ? steps.total : config.run.epochs * steps_per_epoch;
   const std::string warmup =
       s.warmup_steps > 0 ? detail::concat("schedule.warmup_steps (", s.warmup_steps, ")")
                          : detail::concat("schedule.warmup_epochs (", s.warmup_epochs, " = ", steps.warmup, " steps)");
-  const std::string end = s.total_steps > 0 ? detail::concat("schedule.total_steps (", s.total_steps, ")")
-                                            : detail::concat("run.epochs (", config.run.epochs, " x ", steps_per_epoch,
-                                                             " steps = ", steps.total, ")");
-  const bool decays = s.name == "cosine" || s.name == "poly" || s.name == "linear";
-  if (decays && steps.warmup >= steps.total)
+  const std::string end = by_total_steps ? detail::concat("schedule.total_steps (", s.total_steps, ")")
+                                         : detail::concat("run.epochs (", config.run.epochs, " x ", steps_per_epoch,
+                                                          " steps = ", last, ")");
+  if (decays && steps.warmup >= last)
     throw Error(detail::concat(warmup, " must end before the ", s.name, " schedule does at ", end,
                                ": shorten the warmup or lengthen the run"));
   std::vector<std::string> warnings;
-  if (steps.warmup > 0 && steps.warmup >= steps.total)
+  if (steps.warmup > 0 && steps.warmup >= last)
     warnings.push_back(detail::concat(warmup, " outlasts the schedule, which ends at ", end,
                                       ": the learning rate stays below optimizer.lr (", config.optimizer.lr, ")"));
   if (s.name == "step")
     for (double e : s.step_epochs) {
       const auto milestone = static_cast<int64_t>(std::llround(e * static_cast<double>(steps_per_epoch)));
-      if (milestone >= steps.total)
+      if (milestone >= last)
         warnings.push_back(detail::concat("schedule.step_epochs: the decay at epoch ", e, " (step ", milestone,
                                           ") comes after the schedule ends at ", end, ": it never happens"));
     }

@@ -4,6 +4,7 @@
 //   dptrain check-mllog FILE --benchmark resnet|bert     (MLPerf log compliance, docs/mllog.md)
 //   dptrain prepare-text [FILE ...] --out DIR [--vocab vocab.txt]   (BERT's token shards)
 //   dptrain scaling-report RUN... [--baseline RUN] [--format table|markdown|csv|json]   (docs/scaling.md)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
     runtime_options.cudnn_benchmark = config.run.cudnn_benchmark;
     // NOTE [ CPU memory limit ] (runtime/backend/cpu/cpu_backend.h)
     if (config.run.cpu_memory_limit_gib > 0) {
-      runtime_options.cpu_memory_limit_bytes = static_cast<size_t>(config.run.cpu_memory_limit_gib * 1073741824.0);
+      runtime_options.cpu_memory_limit_bytes =
+          std::max<size_t>(1, static_cast<size_t>(config.run.cpu_memory_limit_gib * 1073741824.0));
       runtime_options.cpu_memory_limit_source = "run.cpu_memory_limit_gib";
     } else {
       const dp::HostMemory memory = dp::host_memory();

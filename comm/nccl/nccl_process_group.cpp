@@ -113,9 +113,12 @@ struct NcclGroupState {
   // they never block for long, since the communicator is non-blocking. No CUDA launch is made
   // under it (NOTE [ The watchdog never waits for a launch ]).
   std::mutex mutex;
-  std::condition_variable wake;  // the watchdog's sleep; notified to stop it
+  std::condition_variable wake;  // the watchdog's sleep; notified to stop it or to abort
   bool stopping = false;
   ncclComm_t comm = nullptr;    // null before creation and after destruction or abort
+  // Set with `failure`: the watchdog aborts `comm`, outside the lock (NOTE [ Aborted by the
+  // watchdog alone ]).
+  bool abort_requested = false;
   std::string failure;          // the first failure: non-empty once the group is broken
   CollectiveLog* log;           // the group's; null once the group has gone
   std::deque<Pending> pending;  // submitted and not yet seen to complete, in submission order
@@ -148,14 +151,27 @@ struct NcclGroupState {
     }
   }
 
-  void abort_locked() {
-    if (comm == nullptr) return;
-    const ncclResult_t rc = ncclCommAbort(comm);
-    comm = nullptr;
+  // Aborts `to_abort` (a communicator already detached from the state, or the state's own where
+  // no thread can hold CUDA graphs of it: creation, destruction).
+  void abort(ncclComm_t to_abort) const {
+    if (to_abort == nullptr) return;
+    const ncclResult_t rc = ncclCommAbort(to_abort);
     if (rc != ncclSuccess) {
       std::fprintf(stderr, "dptrain: %s: ncclCommAbort failed: %s\n", group_context().c_str(),
                    nccl_error_text(rc, nullptr).c_str());
     }
+  }
+  void abort_locked() {
+    abort(comm);
+    comm = nullptr;
+    abort_requested = false;
+  }
+  // The communicator an abort was asked for, detached (null: none): the watchdog aborts it after
+  // letting the lock go.
+  ncclComm_t take_comm_to_abort_locked() {
+    if (!abort_requested) return nullptr;
+    abort_requested = false;
+    return std::exchange(comm, nullptr);
   }
 
   // Retires the collectives at the front that have run (the communication stream runs them in
@@ -172,15 +188,17 @@ struct NcclGroupState {
   // On the submitting thread only: lets the retired collectives' tensors go.
   void drop_released_locked() { std::vector<Tensor>().swap(released); }
 
-  // Breaks the group: `text` (with its context) becomes the failure, the communicator is aborted
-  // and every incomplete collective fails; `culprit` (if any) with `text` itself. Their tensors
-  // stay pending until the aborted kernels have returned.
+  // Breaks the group: `text` (with its context) becomes the failure, every incomplete collective
+  // fails (`culprit`, if any, with `text` itself) and the watchdog is woken to abort the
+  // communicator (NOTE [ Aborted by the watchdog alone ]). Their tensors stay pending until the
+  // aborted kernels have returned.
   void fail_locked(const NcclWork* culprit, const std::string& text, bool print) {
     if (!failure.empty()) return;
     retire_locked();  // what has run before the failure succeeded
     failure = text;
     if (print) std::fprintf(stderr, "dptrain NCCL watchdog: %s\n", text.c_str());
-    abort_locked();
+    abort_requested = comm != nullptr;
+    wake.notify_all();
     for (Pending& p : pending) {
       NcclWork& work = *p.work;
       work.error_ = &work == culprit ? text : broken_while_waiting(work);
@@ -469,7 +487,9 @@ void NcclProcessGroup::shut_down() noexcept {
     }
     {
       std::lock_guard lock(state_->mutex);
-      if (state_->comm != nullptr) {
+      if (state_->abort_requested) {
+        state_->abort_locked();  // a failure the watchdog (never started) did not get to abort
+      } else if (state_->comm != nullptr) {
         ncclResult_t rc = ncclCommFinalize(state_->comm);
         if (rc == ncclSuccess || rc == ncclInProgress) rc = state_->settle_locked();
         if (rc == ncclSuccess) {
@@ -519,14 +539,23 @@ void NcclProcessGroup::run_watchdog() {
   }
   const std::chrono::milliseconds poll = poll_interval(options_.timeout);
   std::unique_lock lock(state_->mutex);
-  while (!state_->stopping) {
-    state_->wake.wait_for(lock, poll);
-    if (state_->stopping) break;
-    try {
-      state_->watch_locked(Clock::now());
-    } catch (const std::exception& e) {  // formatting only; never expected
-      std::fprintf(stderr, "dptrain NCCL watchdog: %s\n", e.what());
+  for (;;) {
+    if (!state_->stopping && !state_->abort_requested) state_->wake.wait_for(lock, poll);
+    if (!state_->stopping) {
+      try {
+        state_->watch_locked(Clock::now());
+      } catch (const std::exception& e) {  // formatting only; never expected
+        std::fprintf(stderr, "dptrain NCCL watchdog: %s\n", e.what());
+      }
     }
+    // NOTE [ Aborted by the watchdog alone ]: without the lock, which the training thread needs
+    // to learn of the failure and let its graphs go, which this abort may wait for.
+    if (ncclComm_t to_abort = state_->take_comm_to_abort_locked()) {
+      lock.unlock();
+      state_->abort(to_abort);
+      lock.lock();
+    }
+    if (state_->stopping) break;
   }
 }
 
@@ -629,10 +658,20 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
   }
   {
     std::lock_guard lock(state_->mutex);
-    if (!state_->failure.empty()) {  // broken while the events were queued: the communicator has gone
+    if (!state_->failure.empty()) {  // broken while the events were queued: NCCL is not called
       work->error_ = detail::concat(state_->context(*work), ": not run, the group was broken while it was being "
                                     "submitted: ", state_->failure);
       log_.set_state(work->sequence(), CollectiveState::Failed);
+      if (captured) {
+        // The communication stream has joined the capture (it waits for `ready`): join it back, or
+        // ending the capture would fail over an unjoined stream and hide this error.
+        try {
+          DP_CUDA_CHECK(device, cudaEventRecord(work->done_, comm_stream_));
+          DP_CUDA_CHECK(device, cudaStreamWaitEvent(backend_.stream(), work->done_, 0));
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "dptrain: %s: %s\n", state_->context(*work).c_str(), e.what());
+        }
+      }
       return work;
     }
     try {
@@ -733,6 +772,15 @@ WorkPtr NcclProcessGroup::replay_graph(const std::function<void()>& launch, int6
     // as one collective.
     DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->ready_, cudaEventDisableTiming));
     DP_CUDA_CHECK(device, cudaEventCreateWithFlags(&work->done_, cudaEventDisableTiming));
+    {
+      std::lock_guard lock(state_->mutex);  // broken meanwhile: do not replay after all
+      if (!state_->failure.empty()) {
+        work->error_ = detail::concat(state_->context(*work), ": not run, the group is broken by an earlier failure: ",
+                                      state_->failure);
+        log_.set_state(work->sequence(), CollectiveState::Failed);
+        return work;
+      }
+    }
     DP_CUDA_CHECK(device, cudaEventRecord(work->ready_, backend_.stream()));
     launch();
     DP_CUDA_CHECK(device, cudaEventRecord(work->done_, backend_.stream()));

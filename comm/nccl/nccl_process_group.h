@@ -48,11 +48,11 @@
 //   - times the oldest incomplete collective from when it started (the compute stream reached its
 //     `ready` event; earlier collectives are done, so it is on the wire): past
 //     NcclProcessGroupOptions::timeout it has hung.
-// On an error or a timeout the communicator is aborted (ncclCommAbort, which makes NCCL's kernels
-// return) and the group is broken: the failing collective's Work throws from wait() a dp::Error
-// naming the rank, the collective's sequence number and fingerprint, and NCCL's own text
-// (ncclGetErrorString and ncclGetLastError); the other incomplete collectives, and every later
-// submission, throw "... the group is broken ...: <that error>". What the watchdog finds it also
+// On an error or a timeout the group is broken and the communicator aborted (ncclCommAbort, which
+// makes NCCL's kernels return; by the watchdog: NOTE [ Aborted by the watchdog alone ]): the
+// failing collective's Work throws from wait() a dp::Error naming the rank, the collective's
+// sequence number and fingerprint, and NCCL's own text (ncclGetErrorString and
+// ncclGetLastError); the other incomplete collectives, and every later submission, throw "... the group is broken ...: <that error>". What the watchdog finds it also
 // prints to stderr, once: the training thread may be blocked in some other CUDA call. Work::wait()
 // and NcclWork::synchronize() poll for asynchronous errors themselves, so they throw as soon as
 // NCCL reports one; a failure may still come after a stream-ordered wait() has returned, and then
@@ -72,6 +72,20 @@
 // while a launch was under way fails that collective too ("not completed, the group was broken
 // while it waited"), or, before its NCCL call, does not make the call ("not run, the group was
 // broken while it was being submitted").
+//
+// NOTE [ Aborted by the watchdog alone ]
+// ncclCommAbort makes the communicator's kernels return at once, but then waits until every CUDA
+// graph holding the communicator's captured collectives has been destroyed (NCCL's
+// commDestroySync: "keep polling until all graphs referencing us die"; a one-rank communicator
+// captures plain copies, no such plan). In a graphed run those graphs belong to the training
+// thread, which lets them go only as it unwinds from the failure. So whoever finds a failure — the
+// watchdog (a timeout, an asynchronous error), the training thread (a launch NCCL rejects, an
+// error seen by wait()) — only records it under the state's mutex (the group is broken, every
+// incomplete Work fails) and wakes the watchdog, which detaches the communicator and aborts it
+// after letting the mutex go. The training thread never aborts (it would wait for its own graphs)
+// and never waits for the abort; the watchdog's abort ends once the graphs are destroyed. The
+// group's destructor lets the watchdog finish a requested abort before joining it: destroy the
+// graphs that hold a group's collectives (launch/graphed_step.h's GraphedSteps) before the group.
 //
 // NOTE [ Collectives in CUDA graphs ]
 // A collective submitted while the compute stream is being captured (run.cuda_graphs, NOTE [ CUDA

@@ -218,6 +218,9 @@ TEST(Config, ASchedulesWarmupAndMilestonesAreCheckedAgainstItsLength) {
                               " schedule does at schedule.total_steps (50)");
   }
   EXPECT_TRUE(fits("{name: constant, warmup_epochs: 2.99}", 100).empty());
+  // schedule.total_steps ends decays only: constant and step run to the run's end.
+  EXPECT_TRUE(fits("{name: constant, warmup_steps: 50, total_steps: 50}", 100).empty());
+  EXPECT_THAT(fits("{name: step, step_epochs: [2.5], total_steps: 100}", 100), ::testing::IsEmpty());
   EXPECT_THAT(fits("{name: constant, warmup_steps: 300}", 100),
               ::testing::ElementsAre("schedule.warmup_steps (300) outlasts the schedule, which ends at run.epochs (3 x "
                                      "100 steps = 300): the learning rate stays below optimizer.lr (0.05)"));

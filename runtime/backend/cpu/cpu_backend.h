@@ -33,10 +33,12 @@ namespace dp {
 // and under Slurm one line about an "oom_kill event". So the cache counts the bytes it holds from
 // the system (in use and cached) and refuses, with a dp::Error naming the sizes and where the
 // limit comes from, an allocation that would take them past the limit — after giving its cached
-// blocks back first. Only tensors are counted (the libraries' own scratch, the program and its
-// libraries are not), so the limit errs towards letting a run through; a run that the error stops
-// would have been killed. The Runtime sets it to this machine's usable memory (host_memory());
-// dptrain divides it among the ranks on a node (run.cpu_memory_limit_gib).
+// blocks back first. What is counted: every tensor and oneDNN convolution's blocked copies and
+// scratchpad (tensors too), by their size classes — up to 25 % more than asked, in tails a tensor
+// never touches, so it is an upper bound on their resident memory. Not counted: the im2col
+// path's per-thread scratch, the libraries' own buffers, the program. The Runtime sets the limit
+// to 90 % of what this machine had available at the start (host_memory()); dptrain divides that
+// among the ranks on a node or takes run.cpu_memory_limit_gib.
 class CpuBlockCache {
  public:
   ~CpuBlockCache();

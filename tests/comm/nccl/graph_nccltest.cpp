@@ -4,9 +4,11 @@
 // (the DDP reducer's hooks and bucket all-reduces) captured once and replayed ends where the same
 // steps run eagerly end, bit for bit. Run by mpirun with 1 and 2 ranks like every NCCL test.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -32,7 +34,7 @@ class NcclGraphTest : public ::testing::Test {
   void SetUp() override {
     if (!testing::nccl_skip_reason().empty()) GTEST_SKIP() << testing::nccl_skip_reason();
     gpu_ = runtime_.cuda(testing::test_mpi().layout().local_rank);
-    group_ = std::make_unique<NcclProcessGroup>(testing::test_mpi(), gpu_, NcclProcessGroupOptions{});
+    group_ = std::make_unique<NcclProcessGroup>(testing::test_mpi(), gpu_, options_);
   }
   int rank() const { return group_->rank(); }
   int size() const { return group_->size(); }
@@ -41,6 +43,7 @@ class NcclGraphTest : public ::testing::Test {
   Runtime runtime_;  // declared first: its CUDA backend outlives the group
   Device cpu_ = runtime_.cpu();
   Device gpu_;
+  NcclProcessGroupOptions options_;
   std::unique_ptr<NcclProcessGroup> group_;
 };
 
@@ -205,6 +208,54 @@ TEST_F(NcclGraphTest, EagerStepsCommunicationIsTimedOnTheDeviceAndCapturedStepsA
   const DeviceCommTime captured = ddp.reducer->take_device_comm_time();
   EXPECT_EQ(captured.steps, 0);
   EXPECT_EQ(captured.untimed, 1);
+}
+
+// NOTE [ Aborted by the watchdog alone ]: ncclCommAbort waits until the graphs holding the
+// communicator's collectives are destroyed, which the training thread does only once it has seen
+// the failure. Rank 1 skips a replay of a captured all-reduce, so rank 0's replay hangs; rank 0's
+// watchdog times it out after 3 s. The failure must show (in the log, which has a lock of its
+// own) while the abort waits — with the abort made under the group's lock it showed only after
+// the graph was gone, and the training thread, needing that lock to see it, would have waited
+// forever. Needs two ranks: a one-rank communicator captures plain copies, which abort does not
+// wait for.
+class NcclGraphWatchdogTest : public NcclGraphTest {
+ protected:
+  NcclGraphWatchdogTest() { options_.timeout = std::chrono::seconds(3); }
+};
+
+TEST_F(NcclGraphWatchdogTest, AHungReplayFailsWhileTheAbortWaitsForItsGraph) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks: one skips the replay the other waits in";
+  using Clock = std::chrono::steady_clock;
+  Tensor bucket = zeros({1000}, kFloat32, gpu_);
+  group_->all_reduce(bucket, CollectiveReduce::Sum)->wait();  // NCCL's own set-up, outside the capture
+  group_->synchronize();
+  std::unique_ptr<DeviceGraph> graph = capture_graph(backend(), [&] {
+    group_->all_reduce(bucket, CollectiveReduce::Sum, /*tag=*/9)->wait();
+  });
+  EXPECT_NE(graph, nullptr);
+  if (rank() == 0 && graph != nullptr) {
+    const uint64_t replay_sequence = group_->log().next_sequence();
+    WorkPtr hung = group_->replay_graph([&] { graph->replay(); }, 1);
+    const Clock::time_point start = Clock::now();
+    bool failed = false;
+    while (!failed && Clock::now() - start < std::chrono::seconds(20)) {
+      const std::optional<CollectiveRecord> record = group_->log().find(replay_sequence);
+      failed = record && record->state == CollectiveState::Failed;
+      if (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_TRUE(failed) << "the hung replay was not failed within 20 s while its graph lived";
+    if (!failed) graph.reset();  // lets an abort made under the lock end: this test then fails, not hangs
+    EXPECT_GE(waited, 2.9);
+    EXPECT_TRUE(hung->is_completed());
+    EXPECT_ERROR_CONTAINS(hung->wait(), "graph_replay(1 collective): has not completed after");
+    graph.reset();  // what lets the watchdog's abort end
+    EXPECT_ERROR_CONTAINS(group_->all_reduce(bucket, CollectiveReduce::Sum)->wait(), "the group is broken");
+  }
+  graph.reset();
+  // Rank 1 stays until rank 0 is done; its group's destruction then finalises against an aborted
+  // peer at worst until the timeout, then aborts.
+  MPI_Barrier(testing::test_mpi().world_comm());
 }
 
 }  // namespace
