@@ -220,7 +220,7 @@ TEST(Config, ASchedulesWarmupAndMilestonesAreCheckedAgainstItsLength) {
   EXPECT_TRUE(fits("{name: constant, warmup_epochs: 2.99}", 100).empty());
   // schedule.total_steps ends decays only: constant and step run to the run's end.
   EXPECT_TRUE(fits("{name: constant, warmup_steps: 50, total_steps: 50}", 100).empty());
-  EXPECT_THAT(fits("{name: step, step_epochs: [2.5], total_steps: 100}", 100), ::testing::IsEmpty());
+  EXPECT_TRUE(fits("{name: step, step_epochs: [2.5], total_steps: 100}", 100).empty());
   EXPECT_THAT(fits("{name: constant, warmup_steps: 300}", 100),
               ::testing::ElementsAre("schedule.warmup_steps (300) outlasts the schedule, which ends at run.epochs (3 x "
                                      "100 steps = 300): the learning rate stays below optimizer.lr (0.05)"));
@@ -237,7 +237,10 @@ TEST(Config, ASchedulesWarmupAndMilestonesAreCheckedAgainstItsLength) {
     SCOPED_TRACE(entry.path().string());
     const Config c = load_config(entry.path().string());
     const int64_t steps_per_epoch = c.data.dataset == "image_folder" ? 1281167 / c.data.batch_size : 469;
-    EXPECT_THAT(check_schedule_fits(c, steps_per_epoch), ::testing::IsEmpty());
+    // (Not gmock's IsEmpty(): the tests link GoogleTest without libgmock, whose
+    // FormatMatcherDescription it calls; an optimised build drops the call, the sanitizer build not.)
+    const std::vector<std::string> warnings = check_schedule_fits(c, steps_per_epoch);
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
   }
 }
 
