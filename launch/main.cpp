@@ -114,8 +114,7 @@ int main(int argc, char** argv) {
       const dp::HostMemory memory = dp::host_memory();
       runtime_options.cpu_memory_limit_bytes = dp::automatic_cpu_memory_limit(memory, world.local_size);
       runtime_options.cpu_memory_limit_source =
-          "run.cpu_memory_limit_gib 0: 90 % of the memory this node had left at the start, " + memory.describe() +
-          (world.local_size > 1 ? ", shared by its " + std::to_string(world.local_size) + " ranks" : std::string());
+          "run.cpu_memory_limit_gib 0: " + dp::automatic_cpu_memory_limit_source(memory, world.local_size);
     }
     dp::Runtime runtime(runtime_options);
     const auto timeout = std::chrono::milliseconds(std::llround(config.distributed.timeout_s * 1000.0));

@@ -233,8 +233,7 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
        << ", " << run.plan.local_shards << " per rank trained one after another"
        << (config.distributed.sync_batchnorm ? "" : "; BatchNorm over each shard");
   // NOTE [ A schedule that does not fit its run ] (launch/config.cpp)
-  for (const std::string& warning : check_schedule_fits(config, run.plan.steps_per_epoch))
-    os << "\nwarning: " << warning;
+  for (const std::string& warning : run.schedule_warnings) os << "\nwarning: " << warning;
   console.line(os.str());
   if (metrics) {
     nlohmann::json rec = {{"event", "start"},

@@ -340,8 +340,8 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   }
   check_cuda_graphs(config, r);  // NOTE [ CUDA graphs ]: refused early where a step cannot be captured
   // NOTE [ A schedule that does not fit its run ] (config.cpp): refused here, before the model is
-  // built; the warnings are said by announce().
-  check_schedule_fits(config, r.plan.steps_per_epoch);
+  // built; the warnings are kept for announce() to say.
+  r.schedule_warnings = check_schedule_fits(config, r.plan.steps_per_epoch);
   // No begin_epoch here: the loader would start reading training data before run_start.
   const int64_t steps_per_epoch = r.train_loader->num_batches();
   DP_CHECK(steps_per_epoch == r.plan.steps_per_epoch, "train: the loader plans ", steps_per_epoch,

@@ -113,6 +113,8 @@ struct TrainingRun {
   std::unique_ptr<GradScaler> scaler;    // NOTE [ Loss scaling on the device ]
   std::unique_ptr<Objective> objective;  // launch/objectives.h
   double preallocation_seconds = 0;  // NOTE [ Pre-allocation ] in training_run.cpp (text runs)
+  // NOTE [ A schedule that does not fit its run ] (config.cpp): said by the trainer at the start.
+  std::vector<std::string> schedule_warnings;
   DType autocast = kFloat32;  // run.precision (NOTE [ Autocast policy ])
   // A classification model's input format, run.channels_last resolved (NOTE [ Channels-last ]).
   MemoryFormat input_format = MemoryFormat::Contiguous;

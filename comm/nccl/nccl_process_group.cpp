@@ -597,12 +597,13 @@ std::shared_ptr<NcclWork> NcclProcessGroup::open_work_locked(const CollectiveFin
   }
   const uint64_t sequence = log_.append(fingerprint);
   std::shared_ptr<NcclWork> work(new NcclWork(sequence, fingerprint, state_, backend_.stream(), host_wait));
-  if (!state_->failure.empty()) {
-    work->error_ = detail::concat(state_->context(*work), ": not run, the group is broken by an earlier failure: ",
-                                  state_->failure);
-    log_.set_state(sequence, CollectiveState::Failed);
-  }
+  if (!state_->failure.empty()) mark_not_run_locked(*work, "the group is broken by an earlier failure");
   return work;
+}
+
+void NcclProcessGroup::mark_not_run_locked(NcclWork& work, const char* why) {
+  work.error_ = detail::concat(state_->context(work), ": not run, ", why, ": ", state_->failure);
+  log_.set_state(work.sequence(), CollectiveState::Failed);
 }
 
 void NcclProcessGroup::fail_launch_locked(NcclWork& work, const std::exception& e) {
@@ -659,9 +660,7 @@ WorkPtr NcclProcessGroup::submit(const CollectiveFingerprint& fingerprint, const
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->failure.empty()) {  // broken while the events were queued: NCCL is not called
-      work->error_ = detail::concat(state_->context(*work), ": not run, the group was broken while it was being "
-                                    "submitted: ", state_->failure);
-      log_.set_state(work->sequence(), CollectiveState::Failed);
+      mark_not_run_locked(*work, "the group was broken while it was being submitted");
       if (captured) {
         // The communication stream has joined the capture (it waits for `ready`): join it back, or
         // ending the capture would fail over an unjoined stream and hide this error.
@@ -775,9 +774,7 @@ WorkPtr NcclProcessGroup::replay_graph(const std::function<void()>& launch, int6
     {
       std::lock_guard lock(state_->mutex);  // broken meanwhile: do not replay after all
       if (!state_->failure.empty()) {
-        work->error_ = detail::concat(state_->context(*work), ": not run, the group is broken by an earlier failure: ",
-                                      state_->failure);
-        log_.set_state(work->sequence(), CollectiveState::Failed);
+        mark_not_run_locked(*work, "the group is broken by an earlier failure");
         return work;
       }
     }

@@ -276,6 +276,8 @@ class NcclProcessGroup final : public ProcessGroup {
   // `capturing`: the compute stream is being captured (NOTE [ Collectives in CUDA graphs ]).
   std::shared_ptr<NcclWork> open_work_locked(const CollectiveFingerprint& fingerprint, bool host_wait,
                                              bool capturing);
+  // The group is broken (state's failure): `work` fails without running, "not run, <why>: <failure>".
+  void mark_not_run_locked(NcclWork& work, const char* why);
   // `work`'s launch failed: it fails with `e` and the group is broken.
   void fail_launch_locked(NcclWork& work, const std::exception& e);
   // The NCCL call of one collective on the communication stream, waited for until NCCL has

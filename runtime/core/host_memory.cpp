@@ -46,13 +46,13 @@ std::optional<double> lowest_on_the_way_up(const std::filesystem::path& base, st
   return lowest;
 }
 
-std::string gib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+}  // namespace
+
+std::string gib_text(double bytes, int decimals) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.*f GiB", decimals, bytes / (1024.0 * 1024.0 * 1024.0));
   return text;
 }
-
-}  // namespace
 
 std::optional<double> cgroup_memory_limit(const std::string& proc_self_cgroup, const std::string& cgroup_root) {
   std::optional<double> lowest;
@@ -87,13 +87,20 @@ double HostMemory::usable_bytes() const {
 std::string HostMemory::describe() const {
   const double machine = available_bytes.value_or(physical_bytes) + free_swap_bytes;
   if (cgroup_limit_bytes && (machine <= 0 || *cgroup_limit_bytes < machine))
-    return gib(usable_bytes()) + " (the cgroup's memory limit)";
-  return gib(usable_bytes()) + " (" + (available_bytes ? "available " : "physical ") +
-         gib(available_bytes.value_or(physical_bytes)) + " + free swap " + gib(free_swap_bytes) + ")";
+    return gib_text(usable_bytes()) + " (the cgroup's memory limit)";
+  return gib_text(usable_bytes()) + " (" + (available_bytes ? "available " : "physical ") +
+         gib_text(available_bytes.value_or(physical_bytes)) + " + free swap " + gib_text(free_swap_bytes) + ")";
 }
 
 size_t automatic_cpu_memory_limit(const HostMemory& memory, int processes) {
   return static_cast<size_t>(kTensorShareOfUsableMemory * memory.usable_bytes() / std::max(processes, 1));
+}
+
+std::string automatic_cpu_memory_limit_source(const HostMemory& memory, int processes) {
+  char share[16];
+  std::snprintf(share, sizeof share, "%.0f %%", kTensorShareOfUsableMemory * 100.0);
+  return std::string(share) + " of the memory this node had left at the start, " + memory.describe() +
+         (processes > 1 ? ", shared by its " + std::to_string(processes) + " ranks" : std::string());
 }
 
 HostMemory host_memory() {

@@ -29,6 +29,12 @@ HostMemory host_memory();
 // buffers, the program, the kernel's needs), divided among `processes` on the node.
 inline constexpr double kTensorShareOfUsableMemory = 0.9;
 size_t automatic_cpu_memory_limit(const HostMemory& memory, int processes);
+// Where that limit comes from, for the error: "90 % of the memory this node had left at the
+// start, <describe()>[, shared by its N ranks]".
+std::string automatic_cpu_memory_limit_source(const HostMemory& memory, int processes);
+
+// "1.5 GiB" with `decimals` decimals, whatever the size (sizes set side by side read alike).
+std::string gib_text(double bytes, int decimals = 1);
 
 // The lowest memory limit on the way from a cgroup to the root, in bytes (nullopt: none).
 // `proc_self_cgroup` is /proc/self/cgroup's text; `cgroup_root` the cgroup file system's mount

@@ -14,8 +14,7 @@ Runtime::Runtime(const RuntimeOptions& options)
     cpu_->set_memory_limit(*options.cpu_memory_limit_bytes, options.cpu_memory_limit_source);
   } else {
     const HostMemory memory = host_memory();
-    cpu_->set_memory_limit(automatic_cpu_memory_limit(memory, 1),
-                           "90 % of the memory this machine had left at the start, " + memory.describe());
+    cpu_->set_memory_limit(automatic_cpu_memory_limit(memory, 1), automatic_cpu_memory_limit_source(memory, 1));
   }
 }
 Runtime::~Runtime() = default;

@@ -12,6 +12,7 @@
 #include "runtime/backend/cpu/cpu_dispatch.h"
 #include "runtime/backend/cpu/half_convert.h"
 #include "runtime/backend/cpu/strided_loop.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/tensor/generator.h"
 
 #include <cblas.h>
@@ -65,16 +66,6 @@ size_t CpuBlockCache::rounded(size_t nbytes) {
   return (nbytes + unit - 1) / unit * unit;
 }
 
-namespace {
-
-std::string gib_text(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
-
-}  // namespace
-
 void* CpuBlockCache::allocate(size_t nbytes) {
   const size_t size = rounded(nbytes);
   // Takes a cached block of this size, else counts `size` as held (NOTE [ CPU memory limit ]):
@@ -97,10 +88,10 @@ void* CpuBlockCache::allocate(size_t nbytes) {
     release_cached();  // the cached blocks of other sizes count too: give them back, then ask again
     if (!take(p)) {
       std::lock_guard<std::mutex> lock(mutex_);
-      throw Error(detail::concat("CPU memory: a tensor of ", gib_text(static_cast<double>(nbytes)),
+      throw Error(detail::concat("CPU memory: a tensor of ", gib_text(static_cast<double>(nbytes), 2),
                                  " would bring what this process holds for tensors to ",
-                                 gib_text(static_cast<double>(held_bytes_) + static_cast<double>(size)),
-                                 ", over its limit of ", gib_text(static_cast<double>(limit_)), " (", limit_source_,
+                                 gib_text(static_cast<double>(held_bytes_) + static_cast<double>(size), 2),
+                                 ", over its limit of ", gib_text(static_cast<double>(limit_), 2), " (", limit_source_,
                                  "); past it Linux would kill the run without a message. Lower the batch size or "
                                  "the model's size"));
     }
