@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "runtime/core/nvtx.h"
+
 namespace dp {
 
 const char* phase_name(Phase p) {
@@ -23,6 +25,14 @@ StepProfiler::StepProfiler(Backend* device) : device_(device) {
   use_markers_ = device_ != nullptr && device_->make_marker() != nullptr;
 }
 
+StepProfiler::~StepProfiler() { close_ranges(); }  // an exception left a step half done
+
+void StepProfiler::close_ranges() {
+  if (phase_range_open_) nvtx::pop();
+  if (step_range_open_) nvtx::pop();
+  phase_range_open_ = step_range_open_ = false;
+}
+
 void StepProfiler::add_host_time(Clock::time_point now) {
   const double seconds = std::chrono::duration<double>(now - started_).count();
   if (current_ == Phase::Data) host_data_seconds_ += seconds;
@@ -37,6 +47,13 @@ void StepProfiler::mark(Phase p) {
   marker->record();
 }
 
+void StepProfiler::begin_step(int64_t number) {
+  close_ranges();  // a step not ended: its ranges must not enclose this one
+  nvtx::push("step " + std::to_string(number));
+  step_range_open_ = true;
+  begin(Phase::Data);
+}
+
 void StepProfiler::begin(Phase p) {
   const Clock::time_point now = Clock::now();
   if (running_) add_host_time(now);
@@ -44,13 +61,24 @@ void StepProfiler::begin(Phase p) {
   current_ = p;
   started_ = now;
   running_ = true;
+  if (phase_range_open_) nvtx::pop();
+  nvtx::push(phase_name(p));
+  phase_range_open_ = true;
 }
 
 void StepProfiler::end() {
+  if (phase_range_open_) nvtx::pop();
+  phase_range_open_ = false;
   if (!running_) return;
   add_host_time(Clock::now());
   if (use_markers_ && !host_timed(current_)) mark(Phase::kCount);
   running_ = false;
+}
+
+void StepProfiler::cancel_step() {
+  running_ = false;
+  steps_marks_[current_marks_].used = 0;  // this step's markers (step_done() switched slots)
+  close_ranges();
 }
 
 void StepProfiler::read(StepMarks& step) {
@@ -64,6 +92,7 @@ void StepProfiler::read(StepMarks& step) {
 }
 
 void StepProfiler::step_done() {
+  close_ranges();
   ++steps_;
   if (!use_markers_) return;
   if (pending_) read(steps_marks_[1 - current_marks_]);  // one step late: usually already passed
@@ -95,6 +124,7 @@ void StepProfiler::reset() {
   running_ = false;
   pending_ = false;
   for (StepMarks& step : steps_marks_) step.used = 0;
+  close_ranges();
 }
 
 std::string StepProfiler::summary() const {

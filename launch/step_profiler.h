@@ -18,6 +18,8 @@
 // shows how close the loader is to becoming exposed. Checkpoints stay host time: writing one
 // blocks the host, and whether the device had drained by then is not what its cost means.
 // flush() reads the last step's markers (waiting for the device) before a summary.
+// Each step and each phase is also an NVTX range ("step 12" around "data", "forward", ...) for
+// Nsight Systems (NOTE [ NVTX ranges ] in runtime/core/nvtx.h).
 #pragma once
 
 #include <array>
@@ -46,13 +48,21 @@ class StepProfiler {
   // `device`: the backend the model trains on; its markers time the model phases when it has
   // them (a GPU), else everything is host time. Null: host time.
   explicit StepProfiler(Backend* device = nullptr);
+  ~StepProfiler();
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
 
+  // Starts training step `number` (its NVTX range "step <number>") with its data phase.
+  void begin_step(int64_t number);
   // Starts timing phase p (ending the phase that was running, if any).
   void begin(Phase p);
   // Ends the running phase.
   void end();
-  // Marks a step boundary (counts steps; on a GPU reads the previous step's markers).
+  // Marks a step boundary (counts steps; on a GPU reads the previous step's markers); ends the
+  // step begun by begin_step.
   void step_done();
+  // Drops the running phase uncounted and the step begun by begin_step: the loader had no batch.
+  void cancel_step();
   // Reads the markers not read yet (waits for the device to pass them).
   void flush();
 
@@ -78,6 +88,7 @@ class StepProfiler {
   void mark(Phase p);
   void read(StepMarks& step);
   void add_host_time(Clock::time_point now);
+  void close_ranges();
 
   Backend* device_ = nullptr;  // null: host time only
   bool use_markers_ = false;
@@ -91,6 +102,9 @@ class StepProfiler {
   std::array<StepMarks, 2> steps_marks_;
   int current_marks_ = 0;
   bool pending_ = false;  // steps_marks_[1 - current_marks_] holds a step not read yet
+  // NVTX ranges open on the thread that drives this profiler: the step's, then the phase's.
+  bool step_range_open_ = false;
+  bool phase_range_open_ = false;
 };
 
 // RAII phase scope.

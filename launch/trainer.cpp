@@ -30,6 +30,7 @@
 #include "optim/shampoo.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/core/host_sync.h"
+#include "runtime/core/nvtx.h"
 #include "runtime/io/tensor_file.h"
 #include "runtime/nn/tensor_core_shapes.h"
 #include "runtime/ops/creation.h"
@@ -757,6 +758,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   // Evaluates now (every rank), logs it to MLLOG, and stops the run when it reaches the target;
   // by samples, also reports it and sets the next one (by epochs, the epoch's report does).
   auto evaluate_now = [&](int64_t epoch) {
+    const nvtx::ScopedRange range("evaluation");  // NOTE [ NVTX ranges ]
     const Clock::time_point eval_start = Clock::now();
     if (world_size > 1)
       sync_buffers(*run.model, *run.model_group,
@@ -803,10 +805,16 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     window.reset(run.device);
     Tensor epoch_loss = zeros({}, kFloat64, run.device);  // summed on the device: no per-step sync
     int64_t epoch_samples = 0, step_in_epoch = first_step;
-    while (true) {
-      profiler.begin(Phase::Data);
+    // Asked no further than its epoch's batches, the loader ends each epoch without a step that
+    // finds no batch (it would show in Nsight as a step range holding only data).
+    const int64_t epoch_batches = run.train_loader->num_batches();
+    while (step_in_epoch < epoch_batches) {
+      profiler.begin_step(step + 1);
       std::optional<LoadedBatch> batch = run.train_loader->next();
-      if (!batch) break;
+      if (!batch) {
+        profiler.cancel_step();
+        break;
+      }
       if (by_samples && !block_open) {
         mllog.log.start(mllog::kBlockStart, nullptr, {{"samples_count", samples_trained}});
         block_open = true;
@@ -859,6 +867,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     }
     if (stop_signal) {
       // Preemption: the step boundary every rank agreed on is saved, then the run ends.
+      const nvtx::ScopedRange range("checkpoint");
       checkpointer.save({step, epoch - 1, step_in_epoch, samples_trained});
       console.line(std::string("stopped by ") + StopSignals::name(stop_signal) + " after step " + std::to_string(step) +
                    " (epoch " + std::to_string(epoch) + ", step " + std::to_string(step_in_epoch) + " of " +

@@ -10,6 +10,7 @@
 
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/wire_fingerprint.h"
+#include "runtime/core/nvtx.h"
 
 namespace dp {
 
@@ -249,6 +250,8 @@ void MpiProcessGroup::run_collective(QueuedCollective& item) {
                            "earlier failure: ", first_failure_);
   } else {
     try {
+      // On this thread's timeline in Nsight Systems (NOTE [ NVTX ranges ]).
+      const nvtx::ScopedRange range(detail::concat(fingerprint.str(), " #", sequence));
       if (options_.check_agreement) check_ranks_agree(sequence, fingerprint);
       execute(fingerprint, item.input, item.output);
     } catch (const std::exception& e) {
