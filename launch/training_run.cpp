@@ -356,6 +356,14 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   if (r.data.train_images) {
     spec.in_channels = r.data.train_images->input_shape()[0];
     spec.image_size = r.data.train_images->input_shape()[1];
+    // Found here, not at the first evaluation after a whole epoch of training.
+    const Shape train_shape = r.data.train_images->input_shape(), eval_shape = r.data.eval_images->input_shape();
+    DP_CHECK(!model_takes_one_image_size(spec.name) || eval_shape == train_shape, "model.name ", spec.name,
+             " sizes its layers for the training images (", shape_str(train_shape), ", data.image_size ",
+             config.data.image_size, ") and takes no other size, but the evaluation images are ",
+             shape_str(eval_shape), " (data.eval_image_size ", config.data.eval_image_size,
+             "): set data.eval_image_size to ", train_shape[1], ", or choose a resnet (its global pooling takes ",
+             "any size)");
   } else {
     spec.bert_size = config.model.size;
     spec.vocab_size = static_cast<int64_t>(r.data.train_text->vocab().size());

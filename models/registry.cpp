@@ -25,6 +25,8 @@ const std::vector<std::string>& known_models() {
   return names;
 }
 
+bool model_takes_one_image_size(const std::string& name) { return name == "small_cnn" || name == "mlp"; }
+
 std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen) {
   if (spec.name == "bert") {
     DP_CHECK(spec.vocab_size > 0, "build_model 'bert': the vocabulary size must be positive, got ", spec.vocab_size);

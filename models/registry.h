@@ -30,6 +30,10 @@ struct ModelSpec {
 // models/model_names.h).
 const std::vector<std::string>& known_models();
 
+// True for the models whose layers are sized for one input size (small_cnn, mlp: their classifier's
+// width is the flattened image's); the resnets' global average pooling takes any size.
+bool model_takes_one_image_size(const std::string& name);
+
 // Builds the model on `device`, initialised from `gen`. With an mlp or bert and dropout > 0, the
 // Dropout modules draw their masks from `gen`, which must then outlive the model. An unknown
 // name throws dp::Error listing the known ones; dropout on a model other than mlp and bert, or

@@ -154,6 +154,24 @@ TEST_F(BadInput, ABatchPastTheCpuMemoryLimitIsAClearError) {
                "run.cpu_memory_limit_gib: expected a number of GiB in [0, 1048576] (0: automatic), got -1");
 }
 
+// small_cnn and mlp size their classifier for the training images; evaluation images of another
+// size failed at the first evaluation, after a whole epoch of training. The resnets take any size.
+TEST_F(BadInput, EvaluationImagesAModelCannotTakeAreRefusedBeforeTraining) {
+  const std::string synthetic = "data: {dataset: synthetic, synthetic_train_size: 64, synthetic_eval_size: 16, "
+                                "batch_size: 16, eval_batch_size: 16, image_size: 32, eval_resize_size: 40, ";
+  for (const char* model : {"small_cnn", "mlp"}) {
+    const Result r = run_dptrain("--config " + config(synthetic + "eval_image_size: 36}\nmodel: {name: " + model + "}\n"));
+    expect_error(r, std::string("model.name ") + model + " sizes its layers for the training images ([3, 32, 32], " +
+                        "data.image_size 32) and takes no other size, but the evaluation images are [3, 36, 36] " +
+                        "(data.eval_image_size 36): set data.eval_image_size to 32");
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("step 1/"))) << "refused before training";
+  }
+  const Result resnet = run_dptrain("--config " + config(synthetic + "eval_image_size: 36}\nmodel: {name: resnet18}\n"));
+  EXPECT_EQ(resnet.exit_code, 0) << resnet.output;
+  const Result same = run_dptrain("--config " + config(synthetic + "eval_image_size: 32}\nmodel: {name: small_cnn}\n"));
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
 TEST_F(BadInput, CudaDeviceWithoutGpuIsAClearError) {
   Result r = run_dptrain("--config " + config("") + " --set run.device=cuda");
   // Either no GPU (this machine, CI) or a build without CUDA: both must be a clean error; on a
