@@ -81,9 +81,11 @@ struct ConvProblem {
   int64_t x_image() const { return int64_t(c) * h * w; }   // elements of one image of x
   int64_t y_image() const { return int64_t(k) * oh * ow; }  // of y
 
-  ConvProblemKey key(ConvPass pass, bool benchmark) const {
+  // alignment: the buffers' common alignment in bytes (buffer_alignment()).
+  ConvProblemKey key(ConvPass pass, bool benchmark, int64_t alignment) const {
     return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), allow_tf32, static_cast<int64_t>(layout),
-            benchmark, n, c, h, w, k, r, s, stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1], groups, 0};
+            benchmark, n, c, h, w, k, r, s, stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1], groups,
+            alignment};
   }
 };
 
@@ -363,6 +365,17 @@ struct ConvBuffers {
   size_t out_bytes = 0;
 };
 
+// The largest power of two up to 16 that divides every buffer's address. Part of the algorithm
+// cache's key, as in PyTorch's ConvolutionParams: an algorithm chosen for 16-byte-aligned buffers
+// may refuse, or run slower on, a view that starts mid-image (a narrowed batch, a later chunk of
+// images_per_chunk()), so such calls get a search of their own.
+int64_t buffer_alignment(const ConvBuffers& b) {
+  uintptr_t bits = 16;
+  for (const void* p : {b.x, b.w, b.dy, static_cast<const void*>(b.out)})
+    if (p != nullptr) bits |= reinterpret_cast<uintptr_t>(p);
+  return static_cast<int64_t>(bits & (~bits + 1));  // the lowest set bit
+}
+
 // The pass's cuDNN calls, so the search code is written once.
 struct ForwardApi {
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
@@ -476,7 +489,7 @@ template <typename Api>
 ConvAlgoChoice algo_for(CudaBackend& backend, std::mutex& mutex, std::map<ConvProblemKey, ConvAlgoChoice>& choices,
                         ConvPass pass, const ConvProblem& q, const ConvDescriptors& d, const ConvBuffers& buffers) {
   const bool benchmark = backend.options().cudnn_benchmark;
-  const ConvProblemKey key = q.key(pass, benchmark);
+  const ConvProblemKey key = q.key(pass, benchmark, buffer_alignment(buffers));
   ConvAlgoChoice choice;
   {
     std::lock_guard<std::mutex> lock(mutex);

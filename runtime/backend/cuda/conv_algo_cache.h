@@ -24,7 +24,8 @@ enum class ConvPass : uint8_t { Forward, BackwardData, BackwardFilter };
 enum class ConvLayout : uint8_t { NCHW, NHWC };
 
 // pass, dtype, TF32 allowed, layout, benchmark, N, C, H, W, K, KH, KW, stride h/w, padding h/w,
-// dilation h/w, groups (and one spare 0): everything the search depends on (conv.cpp builds it).
+// dilation h/w, groups, the buffers' common alignment (≤ 16 bytes): everything the search depends
+// on (conv.cpp builds it).
 using ConvProblemKey = std::array<int64_t, 20>;
 
 struct ConvAlgoChoice {

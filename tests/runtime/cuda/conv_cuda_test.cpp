@@ -168,6 +168,24 @@ TEST_F(CudaConvTest, AlgorithmCacheIsHitOnTheSecondCall) {
   EXPECT_EQ(static_cast<cuda::CudaBackend&>(gpu_.backend()).conv_algo_cache_size(), after_first) << "the second call must reuse the cached algorithm";
 }
 
+// A view that starts mid-batch (here 2 of 3 images, 715 floats in: 4-byte aligned) is a problem
+// of its own for the algorithm cache (the buffers' alignment is in its key, as in PyTorch): an
+// algorithm timed on 16-byte-aligned buffers may refuse it. Its result equals an aligned copy's.
+TEST_F(CudaConvTest, AViewStartingMidBatchGetsItsOwnAlgorithm) {
+  const ConvCase c{{2, 5, 13, 11}, {6, 5, 3, 3}, {}};  // a shape no other test uses
+  const Tensor batch = values({3, 5, 13, 11}, 7).to(kFloat32).to(gpu_);
+  const Tensor w = values(c.w, 8).to(kFloat32).to(gpu_);
+  const Tensor view = batch.narrow(0, 1, 2), aligned = view.contiguous().clone();
+  auto& backend = static_cast<cuda::CudaBackend&>(gpu_.backend());
+  Tensor y_aligned = Tensor::empty(c.y(), kFloat32, gpu_), y_view = Tensor::empty(c.y(), kFloat32, gpu_);
+  const size_t before = backend.conv_algo_cache_size();
+  backend.conv2d_forward(aligned, w, Tensor(), y_aligned, c.p);
+  EXPECT_EQ(backend.conv_algo_cache_size(), before + 1);
+  backend.conv2d_forward(view, w, Tensor(), y_view, c.p);
+  EXPECT_EQ(backend.conv_algo_cache_size(), before + 2) << "the misaligned view searched again";
+  expect_close(y_view, y_aligned, 1e-5, "y of the view");
+}
+
 TEST_F(CudaConvTest, BenchmarkAndHeuristicChoicesAgree) {
   for (bool benchmark : {true, false}) {
     cuda::CudaOptions options;

@@ -89,6 +89,7 @@ class NormCudaTest : public testing::GpuTest {
     bool want_dx = true, want_dweight = true, want_dbias = true;
     bool channels_last = false;  // the GPU's x, dy, y, dx NHWC in memory (4-D); the CPU's stay NCHW
     bool residual = false, relu = false;  // the forward's epilogue (BatchNormEpilogue)
+    int64_t misalign = 0;  // elements the GPU's x, dy, residual, y, dx start past their storage's start
     double eps = 1e-5, momentum = 0.1;
   };
 
@@ -103,15 +104,21 @@ class NormCudaTest : public testing::GpuTest {
     return c;
   }
 
-  // `host` on the GPU, NHWC in memory when `channels_last`.
-  Tensor to_gpu_as(const Tensor& host, bool channels_last) {
-    if (!channels_last) return to_gpu(host);
-    Tensor t = Tensor::empty(host.shape(), host.dtype(), gpu_, MemoryFormat::ChannelsLast);
+  // `host` on the GPU, NHWC in memory when `channels_last`, starting `misalign` elements into
+  // its storage (a view: dense, but off the allocation's alignment).
+  Tensor to_gpu_as(const Tensor& host, bool channels_last, int64_t misalign = 0) {
+    Tensor t = empty_gpu(host.shape(), host.dtype(), channels_last, misalign);
     t.copy_(host);
     return t;
   }
-  Tensor empty_gpu(const Shape& shape, DType dtype, bool channels_last) {
-    return Tensor::empty(shape, dtype, gpu_, channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+  Tensor empty_gpu(const Shape& shape, DType dtype, bool channels_last, int64_t misalign = 0) {
+    if (misalign == 0)
+      return Tensor::empty(shape, dtype, gpu_, channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+    const Tensor dense = Tensor::empty({numel_of(shape) + misalign}, dtype, gpu_).narrow(0, misalign, numel_of(shape));
+    const Tensor t = channels_last ? dense.view({shape[0], shape[2], shape[3], shape[1]}).permute({0, 3, 1, 2})
+                                   : dense.view(shape);
+    EXPECT_TRUE(t.is_contiguous(channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+    return t;
   }
 
   // Runs forward then backward on the CPU (everything in the reference dtype: case.dtype, or
@@ -146,17 +153,17 @@ class NormCudaTest : public testing::GpuTest {
                              BatchNormEpilogue{as_ref(res), c.relu});
 
     // GPU.
-    Tensor x_g = to_gpu_as(x, c.channels_last), dy_g = to_gpu_as(dy, c.channels_last);
+    Tensor x_g = to_gpu_as(x, c.channels_last, c.misalign), dy_g = to_gpu_as(dy, c.channels_last, c.misalign);
     Tensor w_g = to_gpu(w), b_g = to_gpu(b);
     Tensor rm_g = to_gpu(rm), rv_g = to_gpu(rv);
-    Tensor y_g = empty_gpu(c.shape, c.dtype, c.channels_last);
+    Tensor y_g = empty_gpu(c.shape, c.dtype, c.channels_last, c.misalign);
     Tensor sm_g, si_g;
     if (c.training) {
       sm_g = Tensor::empty({C}, c.param_dtype, gpu_);
       si_g = Tensor::empty({C}, c.param_dtype, gpu_);
     }
     gpu().batch_norm_forward(x_g, w_g, b_g, rm_g, rv_g, y_g, sm_g, si_g, c.training, c.momentum, c.eps,
-                             BatchNormEpilogue{res.defined() ? to_gpu_as(res, c.channels_last) : Tensor(), c.relu});
+                             BatchNormEpilogue{res.defined() ? to_gpu_as(res, c.channels_last, c.misalign) : Tensor(), c.relu});
 
     expect_close(y_g, y_c, tol, "y");
     const double stat_tol = tolerance(c.param_dtype == c.dtype ? c.dtype : kFloat32);
@@ -185,7 +192,7 @@ class NormCudaTest : public testing::GpuTest {
     // The CPU reads the saved statistics as the GPU does: rounded to the GPU's parameter dtype.
     Tensor bm_ref = to_cpu(bm_g).to(ref), bi_ref = to_cpu(bi_g).to(ref);
     cpu().batch_norm_backward(dy_c, x_c, w_c, bm_ref, bi_ref, dx_c, dw_c, db_c, c.training, {});
-    Tensor dx_g = c.want_dx ? empty_gpu(c.shape, c.dtype, c.channels_last) : Tensor();
+    Tensor dx_g = c.want_dx ? empty_gpu(c.shape, c.dtype, c.channels_last, c.misalign) : Tensor();
     Tensor dw_g = c.want_dweight ? Tensor::empty({C}, c.param_dtype, gpu_) : Tensor();
     Tensor db_g = c.want_dbias ? Tensor::empty({C}, c.param_dtype, gpu_) : Tensor();
     gpu().batch_norm_backward(dy_g, x_g, w_g, bm_g, bi_g, dx_g, dw_g, db_g, c.training, {});
@@ -396,6 +403,25 @@ TEST_F(NormCudaTest, BatchNormEpilogueMatchesCpu) {
                                   (training ? " training" : " eval") + (residual ? " +residual" : "") +
                                   (relu ? " relu" : ""));
         }
+}
+
+// Activations that start off a 16-byte boundary (a batch narrowed from a larger one: dense, but
+// one element into its storage): cuDNN's batch norm and the own kernels' vector paths must either
+// take them or fall back, in every layout and dtype, with the epilogue and without.
+TEST_F(NormCudaTest, BatchNormMisalignedActivationsMatchCpu) {
+  for (DType dtype : kFloatDtypes)
+    for (const auto& [shape, channels_last] :
+         {std::pair{Shape{4, 64, 8, 8}, true}, {Shape{4, 64, 8, 8}, false}, {Shape{8, 6, 4, 8}, false}})
+      for (bool training : {true, false}) {
+        const std::string name = name_of(dtype, shape) + (channels_last ? " channels-last" : "") +
+                                 (training ? " training" : " eval") + " misaligned";
+        BnCase c = autocast_case(shape, dtype, training, channels_last);
+        c.misalign = 1;
+        check_batch_norm(c, name);
+        c.residual = c.relu = true;
+        c.want_dx = c.want_dweight = c.want_dbias = false;
+        check_batch_norm(c, name + " +residual relu");
+      }
 }
 
 // The column kernels' unrolled walks (kColumnUnroll rows' loads before their sums or stores,
