@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
   dp::bench::add_common_options(app, opt);
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
-  dp::Runtime runtime(dp::RuntimeOptions{threads});
+  dp::RuntimeOptions runtime_options;
+  runtime_options.cpu_threads = threads;
+  dp::Runtime runtime(runtime_options);
   dp::Device cpu = runtime.cpu();
   dp::Backend& be = cpu.backend();
   dp::Generator gen(0);

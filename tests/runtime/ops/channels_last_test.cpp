@@ -13,6 +13,7 @@
 #include "common/gradcheck.h"
 #include "runtime/autograd/autocast.h"
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/cpu/cpu_dispatch.h"
 #include "runtime/ops/conv.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
@@ -189,6 +190,30 @@ TEST_F(ChannelsLastOps, BatchNormMatchesNchwInTrainingAndEval) {
         return std::vector<Tensor>{y, mean, var};
       }, {x, w, b}, tol, std::string("batch_norm ") + dtype_name(dtype) + (training ? " training" : " eval"));
     }
+  }
+}
+
+// The CPU kernels' two channels-last walks (NOTE [ Channels-last batch norm in tiles ]): narrow
+// blocks in tiles (40 channels over two threads: chunks of 16 and a last one of 4; 1144 rows: 17
+// tiles of 64 and one of 56), wide blocks row by row (600 channels: 300 a thread). Forward with
+// the fused epilogues and backward through them (relu alone takes the backward's relu prologue).
+TEST_F(ChannelsLastOps, BatchNormTiledAndWideBlocksMatchNchw) {
+  for (const Shape& shape : {Shape{8, 40, 13, 11}, Shape{2, 600, 5, 7}}) {
+    ASSERT_GE(numel_of(shape), cpu::kParallelGrain) << "two threads, so two blocks";
+    const int64_t C = shape[1];
+    const Tensor x = input(shape, 21), residual = input(shape, 22), w = input({C}, 23), b = input({C}, 24);
+    const std::string name = "batch_norm " + shape_str(shape);
+    expect_formats_agree([](const std::vector<Tensor>& v) {
+      return std::vector<Tensor>{batch_norm_add_relu(v[0], v[1], v[2], v[3], Tensor(), Tensor(), true, 0.1, 1e-5)};
+    }, {x, residual, w, b}, 1e-5, name + " + residual, relu");
+    expect_formats_agree([](const std::vector<Tensor>& v) {
+      return std::vector<Tensor>{batch_norm_add_relu(v[0], Tensor(), v[1], v[2], Tensor(), Tensor(), true, 0.1, 1e-5)};
+    }, {x, w, b}, 1e-5, name + " relu");
+    expect_formats_agree([](const std::vector<Tensor>& v) {
+      Tensor mean = full({v[1].size(0)}, 0.1, kFloat32, v[0].device());
+      Tensor var = full({v[1].size(0)}, 2.0, kFloat32, v[0].device());
+      return std::vector<Tensor>{batch_norm(v[0], v[1], v[2], mean, var, true, 0.1, 1e-5), mean, var};
+    }, {x, w, b}, 1e-5, name);
   }
 }
 
