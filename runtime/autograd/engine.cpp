@@ -7,6 +7,7 @@
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
+#include "runtime/core/nvtx.h"
 #include "runtime/ops/elementwise.h"
 
 namespace dp {
@@ -89,7 +90,10 @@ BackwardStats run_backward(const Tensor& root, const Tensor& grad_root, const Ba
       offer_gradient_homes(*node, dependencies, grads);
       if (options.sum_in_place) offer_pending_sums(*node, grads);
     }
-    if (grad_out.defined() || dynamic_cast<AccumulateGrad*>(node)) input_grads = node->backward(grad_out);
+    if (grad_out.defined() || dynamic_cast<AccumulateGrad*>(node)) {
+      const nvtx::ScopedRange range(node->name());  // the op's name (NOTE [ NVTX ranges ])
+      input_grads = node->backward(grad_out);
+    }
     node->offered.clear();
     const std::vector<Tensor> pending = std::move(node->pending);
     node->pending.clear();

@@ -159,16 +159,20 @@ TEST_F(BadInput, ABatchPastTheCpuMemoryLimitIsAClearError) {
 TEST_F(BadInput, EvaluationImagesAModelCannotTakeAreRefusedBeforeTraining) {
   const std::string synthetic = "data: {dataset: synthetic, synthetic_train_size: 64, synthetic_eval_size: 16, "
                                 "batch_size: 16, eval_batch_size: 16, image_size: 32, eval_resize_size: 40, ";
+  auto run_with = [&](const std::string& eval_size, const std::string& model) {
+    return run_dptrain("--config " + config(synthetic + "eval_image_size: " + eval_size + "}\nmodel: {name: " + model +
+                                            "}\n"));
+  };
   for (const char* model : {"small_cnn", "mlp"}) {
-    const Result r = run_dptrain("--config " + config(synthetic + "eval_image_size: 36}\nmodel: {name: " + model + "}\n"));
+    const Result r = run_with("36", model);
     expect_error(r, std::string("model.name ") + model + " sizes its layers for the training images ([3, 32, 32], " +
                         "data.image_size 32) and takes no other size, but the evaluation images are [3, 36, 36] " +
                         "(data.eval_image_size 36): set data.eval_image_size to 32");
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr("step 1/"))) << "refused before training";
   }
-  const Result resnet = run_dptrain("--config " + config(synthetic + "eval_image_size: 36}\nmodel: {name: resnet18}\n"));
+  const Result resnet = run_with("36", "resnet18");
   EXPECT_EQ(resnet.exit_code, 0) << resnet.output;
-  const Result same = run_dptrain("--config " + config(synthetic + "eval_image_size: 32}\nmodel: {name: small_cnn}\n"));
+  const Result same = run_with("32", "small_cnn");
   EXPECT_EQ(same.exit_code, 0) << same.output;
 }
 

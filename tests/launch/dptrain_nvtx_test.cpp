@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -121,6 +122,15 @@ TEST_F(NvtxRanges, StepsEncloseTheirPhasesAndCheckpointsAndEvaluationsFallBetwee
   EXPECT_THAT(outermost, ElementsAre("step 1", "step 2", "checkpoint", "step 3", "evaluation"));
   for (const char* step : {"step 1", "step 2", "step 3"})
     EXPECT_THAT(names_inside(ranges, step), ElementsAre("data", "forward", "backward", "optimizer")) << step;
+  // Inside backward, each autograd node by its op's name, in the order the engine runs them: the
+  // loss first, the leaves' gradient accumulators among the last.
+  std::vector<std::string> nodes;
+  for (const Range& r : ranges)
+    if (r.enclosing == std::vector<std::string>{"step 1", "backward"}) nodes.push_back(r.name);
+  ASSERT_FALSE(nodes.empty());
+  EXPECT_EQ(nodes.front(), "cross_entropy");
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "conv2d"), 2);
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "AccumulateGrad"), 8) << "SmallCNN's 8 parameters";
 }
 
 TEST_F(NvtxRanges, TheMpiCommunicationThreadMarksEachCollective) {
