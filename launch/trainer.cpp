@@ -586,6 +586,7 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
 // run.weights_file (rank 0): the final weights with torch's names (model.init_from and torchvision
 // load them); an earlier run's file is kept under another name, never overwritten.
 void save_final_weights(const Config& config, TrainingRun& run, Console& console, TrainReport& report) {
+  const nvtx::ScopedRange range("save weights");  // NOTE [ NVTX ranges ]
   const std::string path = (std::filesystem::path(config.run.output_dir) / config.run.weights_file).string();
   const std::string kept = keep_existing_file(path);
   if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
@@ -899,8 +900,10 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     report.epochs.push_back(e);
     report_epoch(config, run, console, metrics, profiler, e, report.reached_target && !by_samples);
     if (config.run.checkpoint_every_epochs > 0 && epoch % config.run.checkpoint_every_epochs == 0 &&
-        epoch < config.run.epochs && !stop)
+        epoch < config.run.epochs && !stop) {
+      const nvtx::ScopedRange range("checkpoint");
       checkpointer.save({step, epoch, 0, samples_trained});
+    }
   }
   if (!stop_signal) stop_vote.finish();  // the vote cast after the last step
   if (block_open) mllog.log.end(mllog::kBlockStop, nullptr, {{"samples_count", samples_trained}});

@@ -356,12 +356,17 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   if (r.data.train_images) {
     spec.in_channels = r.data.train_images->input_shape()[0];
     spec.image_size = r.data.train_images->input_shape()[1];
+    DP_CHECK(spec.name != "small_cnn" || spec.image_size % 4 == 0, "model.name small_cnn takes training images whose ",
+             "side is a multiple of 4 (its two 2x2 poolings), but they are ", shape_str(r.data.train_images->input_shape()),
+             " (data.image_size ", config.data.image_size, ")");
     // Found here, not at the first evaluation after a whole epoch of training.
     const Shape train_shape = r.data.train_images->input_shape(), eval_shape = r.data.eval_images->input_shape();
-    DP_CHECK(!model_takes_one_image_size(spec.name) || eval_shape == train_shape, "model.name ", spec.name,
-             " sizes its layers for the training images (", shape_str(train_shape), ", data.image_size ",
-             config.data.image_size, ") and takes no other size, but the evaluation images are ",
-             shape_str(eval_shape), " (data.eval_image_size ", config.data.eval_image_size,
+    const auto [first, last] = model_image_sides(spec.name, spec.image_size);
+    DP_CHECK(eval_shape[1] >= first && eval_shape[1] <= last, "model.name ",
+             spec.name, " sizes its layers for the training images (", shape_str(train_shape), ", data.image_size ",
+             config.data.image_size, ") and takes evaluation images of side ",
+             first == last ? std::to_string(first) : std::to_string(first) + " to " + std::to_string(last),
+             " only, but they are ", shape_str(eval_shape), " (data.eval_image_size ", config.data.eval_image_size,
              "): set data.eval_image_size to ", train_shape[1], ", or choose a resnet (its global pooling takes ",
              "any size)");
   } else {

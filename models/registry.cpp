@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include <algorithm>
+#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -25,7 +26,11 @@ const std::vector<std::string>& known_models() {
   return names;
 }
 
-bool model_takes_one_image_size(const std::string& name) { return name == "small_cnn" || name == "mlp"; }
+std::pair<int64_t, int64_t> model_image_sides(const std::string& name, int64_t built_for) {
+  if (name == "small_cnn") return {built_for / 4 * 4, built_for / 4 * 4 + 3};
+  if (name == "mlp") return {built_for, built_for};
+  return {1, std::numeric_limits<int64_t>::max()};
+}
 
 std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen) {
   if (spec.name == "bert") {

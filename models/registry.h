@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/nn/module.h"
@@ -30,9 +31,11 @@ struct ModelSpec {
 // models/model_names.h).
 const std::vector<std::string>& known_models();
 
-// True for the models whose layers are sized for one input size (small_cnn, mlp: their classifier's
-// width is the flattened image's); the resnets' global average pooling takes any size.
-bool model_takes_one_image_size(const std::string& name);
+// The sides of square images a model built for `built_for` (ModelSpec::image_size) takes, as
+// [first, last]: small_cnn's classifier is sized for its features after two 2x2 poolings (sides
+// with the same side / 4), mlp's for the flattened image (that side only); the resnets' global
+// average pooling takes any side ([1, INT64_MAX]).
+std::pair<int64_t, int64_t> model_image_sides(const std::string& name, int64_t built_for);
 
 // Builds the model on `device`, initialised from `gen`. With an mlp or bert and dropout > 0, the
 // Dropout modules draw their masks from `gen`, which must then outlive the model. An unknown

@@ -154,8 +154,8 @@ TEST_F(BadInput, ABatchPastTheCpuMemoryLimitIsAClearError) {
                "run.cpu_memory_limit_gib: expected a number of GiB in [0, 1048576] (0: automatic), got -1");
 }
 
-// small_cnn and mlp size their classifier for the training images; evaluation images of another
-// size failed at the first evaluation, after a whole epoch of training. The resnets take any size.
+// small_cnn and mlp size their classifier for the training images; evaluation images it cannot
+// take failed at the first evaluation, after a whole epoch of training. The resnets take any size.
 TEST_F(BadInput, EvaluationImagesAModelCannotTakeAreRefusedBeforeTraining) {
   const std::string synthetic = "data: {dataset: synthetic, synthetic_train_size: 64, synthetic_eval_size: 16, "
                                 "batch_size: 16, eval_batch_size: 16, image_size: 32, eval_resize_size: 40, ";
@@ -166,10 +166,19 @@ TEST_F(BadInput, EvaluationImagesAModelCannotTakeAreRefusedBeforeTraining) {
   for (const char* model : {"small_cnn", "mlp"}) {
     const Result r = run_with("36", model);
     expect_error(r, std::string("model.name ") + model + " sizes its layers for the training images ([3, 32, 32], " +
-                        "data.image_size 32) and takes no other size, but the evaluation images are [3, 36, 36] " +
-                        "(data.eval_image_size 36): set data.eval_image_size to 32");
+                        "data.image_size 32) and takes evaluation images of side " +
+                        (model == std::string("mlp") ? "32" : "32 to 35") +
+                        " only, but they are [3, 36, 36] (data.eval_image_size 36): set data.eval_image_size to 32");
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr("step 1/"))) << "refused before training";
   }
+  // small_cnn's features after two 2x2 poolings: 33 pools to 32's 8x8, and its classifier fits.
+  const Result pooled_alike = run_with("33", "small_cnn");
+  EXPECT_EQ(pooled_alike.exit_code, 0) << pooled_alike.output;
+  expect_error(run_dptrain("--config " + config("data: {dataset: synthetic, synthetic_train_size: 64, "
+                                                "synthetic_eval_size: 16, batch_size: 16, image_size: 30, "
+                                                "eval_image_size: 30}\n")),
+               "model.name small_cnn takes training images whose side is a multiple of 4 (its two 2x2 poolings), but "
+               "they are [3, 30, 30] (data.image_size 30)");
   const Result resnet = run_with("36", "resnet18");
   EXPECT_EQ(resnet.exit_code, 0) << resnet.output;
   const Result same = run_with("32", "small_cnn");

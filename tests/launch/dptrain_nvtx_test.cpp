@@ -118,8 +118,8 @@ TEST_F(NvtxRanges, StepsEncloseTheirPhasesAndCheckpointsAndEvaluationsFallBetwee
   for (const Range& r : ranges)
     if (r.enclosing.empty()) outermost.push_back(r.name);
   // Step 2's checkpoint (checkpoint_every: 2) and the evaluation after the epoch, between steps;
-  // the epoch ends without a step that finds no batch.
-  EXPECT_THAT(outermost, ElementsAre("step 1", "step 2", "checkpoint", "step 3", "evaluation"));
+  // the epoch ends without a step that finds no batch; the final weights' save last.
+  EXPECT_THAT(outermost, ElementsAre("step 1", "step 2", "checkpoint", "step 3", "evaluation", "save weights"));
   for (const char* step : {"step 1", "step 2", "step 3"})
     EXPECT_THAT(names_inside(ranges, step), ElementsAre("data", "forward", "backward", "optimizer")) << step;
   // Inside backward, each autograd node by its op's name, in the order the engine runs them: the

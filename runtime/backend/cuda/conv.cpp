@@ -452,8 +452,10 @@ ConvAlgoChoice search(CudaBackend& backend, cudnnHandle_t handle, const ConvProb
     std::optional<Workspace> scratch_out;
     ConvBuffers find_buffers = buffers;
     if (buffers.out_is_summed_into) {
-      scratch_out.emplace(backend, buffers.out_bytes);
-      find_buffers.out = scratch_out->get();
+      // Offset as the real output is from 16 bytes: the choice is cached under its alignment.
+      const uintptr_t offset = reinterpret_cast<uintptr_t>(buffers.out) % 16;
+      scratch_out.emplace(backend, buffers.out_bytes + offset);
+      find_buffers.out = static_cast<char*>(scratch_out->get()) + offset;
     }
     // Two Finds, each algorithm keeping its better time (NOTE [ cuDNN convolution algorithms ]).
     std::optional<Workspace> ws = search_workspace(backend);
