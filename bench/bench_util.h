@@ -31,6 +31,13 @@ inline void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--only", o.only, "run only the cases whose name starts with this");
 }
 
+// A runtime's options with `threads` CPU threads and the rest at their defaults.
+inline RuntimeOptions runtime_options(int threads) {
+  RuntimeOptions options;
+  options.cpu_threads = threads;
+  return options;
+}
+
 // The device --device names (cpu, cuda, cuda:N), or nothing after a message on stderr naming
 // `program` (no such device, no GPU visible): the caller then exits with status 2.
 inline std::optional<Device> open_device(Runtime& runtime, const std::string& spec, const char* program) {

@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--block", block, "GPU: steps per timed sample (queued back to back)")->check(CLI::PositiveNumber);
   app.add_flag("--tf32", tf32, "GPU: float32 GEMMs on TF32 tensor cores");
   CLI11_PARSE(app, argc, argv);
-  dp::RuntimeOptions runtime_options;
-  runtime_options.cpu_threads = opt.threads;
+  dp::RuntimeOptions runtime_options = dp::bench::runtime_options(opt.threads);
   runtime_options.allow_tf32 = tf32;
   dp::Runtime runtime(runtime_options);
   const std::optional<dp::Device> opened = dp::bench::open_device(runtime, device_spec, "bert_step_bench");

@@ -62,9 +62,7 @@ int main(int argc, char** argv) {
   dp::bench::add_common_options(app, opt);
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
-  dp::RuntimeOptions runtime_options;
-  runtime_options.cpu_threads = threads;
-  dp::Runtime runtime(runtime_options);
+  dp::Runtime runtime(dp::bench::runtime_options(threads));
   dp::Device cpu = runtime.cpu();
   dp::Backend& be = cpu.backend();
   dp::Generator gen(0);

@@ -34,9 +34,7 @@ int main(int argc, char** argv) {
   dp::bench::CommonOptions opt;
   dp::bench::add_common_options(app, opt);
   CLI11_PARSE(app, argc, argv);
-  dp::RuntimeOptions runtime_options;
-  runtime_options.cpu_threads = opt.threads;
-  dp::Runtime runtime(runtime_options);
+  dp::Runtime runtime(dp::bench::runtime_options(opt.threads));
   dp::Device cpu = runtime.cpu();
   dp::Backend& be = cpu.backend();
   dp::Generator gen(0);

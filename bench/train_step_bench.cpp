@@ -99,8 +99,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graphs", cuda_graphs, "GPU: capture one step after the warm-up, time its replays");
   CLI11_PARSE(app, argc, argv);
   const int threads = opt.threads, iters = opt.iters, warmup = opt.warmup;
-  dp::RuntimeOptions runtime_options;
-  runtime_options.cpu_threads = threads;
+  dp::RuntimeOptions runtime_options = dp::bench::runtime_options(threads);
   runtime_options.allow_tf32 = tf32;
   runtime_options.cudnn_benchmark = true;
   dp::Runtime runtime(runtime_options);
