@@ -247,7 +247,10 @@ struct ChannelBlock {
 // channel still adds its rows one after another in row order, so every sum is the same additions
 // in the same order whichever walk a block takes, bit for bit.
 
-// Whether fn's width is a compile-time chunk (kept in locals) rather than a count.
+// Whether fn's width is a compile-time chunk (kept in locals) rather than a count. The chunk's
+// locals are sized by decltype(width)::value and filled by plain loops: sized by the parameter
+// and filled with std::copy_n(..., width, ...), the ASan build (GCC 12, detect_stack_use_after_return)
+// read a wild address in the gradient sums' copy.
 template <typename W>
 constexpr bool is_chunk_width = !std::is_same_v<W, int64_t>;
 
@@ -273,13 +276,18 @@ void add_moments_by_rows(const ChannelLayout& L, const ChannelBlock& block, cons
   };
   block.for_each_tile(L, [&](int64_t r0, int64_t r1, int64_t c0, auto width) {
     if constexpr (is_chunk_width<decltype(width)>) {
-      double k[width], s[width], ss[width];
-      std::copy_n(shift.data() + c0, width, k);
-      std::copy_n(sum.data() + c0, width, s);
-      std::copy_n(sum_sq.data() + c0, width, ss);
+      constexpr int64_t kW = decltype(width)::value;
+      double k[kW], s[kW], ss[kW];
+      for (int64_t i = 0; i < kW; ++i) {
+        k[i] = shift[c0 + i];
+        s[i] = sum[c0 + i];
+        ss[i] = sum_sq[c0 + i];
+      }
       add_rows(r0, r1, c0, width, k, s, ss);
-      std::copy_n(s, width, sum.data() + c0);
-      std::copy_n(ss, width, sum_sq.data() + c0);
+      for (int64_t i = 0; i < kW; ++i) {
+        sum[c0 + i] = s[i];
+        sum_sq[c0 + i] = ss[i];
+      }
     } else {
       add_rows(r0, r1, c0, width, shift.data() + c0, sum.data() + c0, sum_sq.data() + c0);
     }
@@ -298,6 +306,7 @@ void add_grad_sums_by_rows(const ChannelLayout& L, const ChannelBlock& block, co
   const int64_t nb = block.size();
   std::vector<double> mean_d(nb);
   for (int64_t i = 0; i < nb; ++i) mean_d[i] = static_cast<double>(mean[block.begin + i]);
+  const C *f_mean = f.mean.data(), *f_scale = f.scale.data(), *f_shift = f.shift.data();
   // Rows [r0, r1) of n channels from c0: m the means, fm/fs/fh relu's coefficients, into s and sx.
   const auto add_rows = [&](int64_t r0, int64_t r1, int64_t c0, auto n, const double* m, const C* fm, const C* fs,
                             const C* fh, double* s, double* sx) {
@@ -314,20 +323,25 @@ void add_grad_sums_by_rows(const ChannelLayout& L, const ChannelBlock& block, co
   };
   block.for_each_tile(L, [&](int64_t r0, int64_t r1, int64_t c0, auto width) {
     if constexpr (is_chunk_width<decltype(width)>) {
-      double m[width], s[width], sx[width];
-      C fm[width], fs[width], fh[width];
-      std::copy_n(mean_d.data() + c0, width, m);
-      std::copy_n(sum_dy + c0, width, s);
-      std::copy_n(sum_dy_xc + c0, width, sx);
-      std::copy_n(f.mean.data() + c0, width, fm);
-      std::copy_n(f.scale.data() + c0, width, fs);
-      std::copy_n(f.shift.data() + c0, width, fh);
+      constexpr int64_t kW = decltype(width)::value;
+      double m[kW], s[kW], sx[kW];
+      C fm[kW], fs[kW], fh[kW];
+      for (int64_t i = 0; i < kW; ++i) {
+        m[i] = mean_d[c0 + i];
+        s[i] = sum_dy[c0 + i];
+        sx[i] = sum_dy_xc[c0 + i];
+        fm[i] = f_mean[c0 + i];
+        fs[i] = f_scale[c0 + i];
+        fh[i] = f_shift[c0 + i];
+      }
       add_rows(r0, r1, c0, width, m, fm, fs, fh, s, sx);
-      std::copy_n(s, width, sum_dy + c0);
-      std::copy_n(sx, width, sum_dy_xc + c0);
+      for (int64_t i = 0; i < kW; ++i) {
+        sum_dy[c0 + i] = s[i];
+        sum_dy_xc[c0 + i] = sx[i];
+      }
     } else {
-      add_rows(r0, r1, c0, width, mean_d.data() + c0, f.mean.data() + c0, f.scale.data() + c0, f.shift.data() + c0,
-               sum_dy + c0, sum_dy_xc + c0);
+      add_rows(r0, r1, c0, width, mean_d.data() + c0, f_mean + c0, f_scale + c0, f_shift + c0, sum_dy + c0,
+               sum_dy_xc + c0);
     }
   });
 }
@@ -427,10 +441,13 @@ void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& weight, const
           };
           block.for_each_tile(L, [&](int64_t r0, int64_t r1, int64_t c0, auto width) {
             if constexpr (is_chunk_width<decltype(width)>) {
-              C mc[width], sc[width], hc[width];
-              std::copy_n(f.mean.data() + c0, width, mc);
-              std::copy_n(f.scale.data() + c0, width, sc);
-              std::copy_n(f.shift.data() + c0, width, hc);
+              constexpr int64_t kW = decltype(width)::value;
+              C mc[kW], sc[kW], hc[kW];
+              for (int64_t i = 0; i < kW; ++i) {
+                mc[i] = f.mean[c0 + i];
+                sc[i] = f.scale[c0 + i];
+                hc[i] = f.shift[c0 + i];
+              }
               apply_rows(r0, r1, c0, width, mc, sc, hc);
             } else {
               apply_rows(r0, r1, c0, width, f.mean.data() + c0, f.scale.data() + c0, f.shift.data() + c0);
@@ -550,10 +567,11 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
                                       fwd.mean.data(), fwd.scale.data(), fwd.shift.data()};
           block.for_each_tile(L, [&](int64_t r0, int64_t r1, int64_t c0, auto width) {
             if constexpr (is_chunk_width<decltype(width)>) {
-              C local[6][width];
+              constexpr int64_t kW = decltype(width)::value;
+              C local[6][kW];
               const C* cf[6];
               for (int j = 0; j < 6; ++j) {
-                std::copy_n(coefficients[j] + c0, width, local[j]);
+                for (int64_t i = 0; i < kW; ++i) local[j][i] = coefficients[j][c0 + i];
                 cf[j] = local[j];
               }
               dx_rows(r0, r1, c0, width, cf);
