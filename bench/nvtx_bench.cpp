@@ -1,5 +1,5 @@
 // What an NVTX range costs dptrain (NOTE [ NVTX ranges ] in runtime/core/nvtx.h): nanoseconds per
-// push and pop through dp::nvtx, without a tool attached (the default) or with whatever tool
+// push and pop through dp::nvtx, and per module forward range, without a tool attached (the default) or with whatever tool
 // NVTX_INJECTION64_PATH names (e.g. build/tests/libnvtx_recorder.so with NVTX_RECORDER_FILE).
 //   nvtx_bench [--ranges 10000000]
 #include <CLI/CLI.hpp>
@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string>
 
 #include "runtime/core/nvtx.h"
 
@@ -30,5 +32,16 @@ int main(int argc, char** argv) {
   const char* tool = std::getenv("NVTX_INJECTION64_PATH");
   std::printf("{\"name\": \"nvtx_push_pop\", \"tool\": \"%s\", \"ns_per_range\": %.2f, \"ranges\": %lld}\n",
               tool != nullptr ? tool : "", ns / static_cast<double>(ranges), static_cast<long long>(ranges));
+  // A named module's forward range (nn::Module::forward_range), which every module's forward opens:
+  // a flag test without a tool; with one, a range and the thread's current module.
+  const auto module = std::make_shared<const std::string>("layer1.0.conv1");
+  const auto module_start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < ranges; ++i) {
+    const dp::nvtx::ModuleRange range(module);
+  }
+  const double module_ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - module_start).count();
+  std::printf("{\"name\": \"nvtx_module_range\", \"tool\": \"%s\", \"ns_per_range\": %.2f, \"ranges\": %lld}\n",
+              tool != nullptr ? tool : "", module_ns / static_cast<double>(ranges), static_cast<long long>(ranges));
   return 0;
 }

@@ -128,6 +128,7 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c, Device device, Generator& ge
 }
 
 Tensor BertEmbeddings::embed(const BertInputs& in) {
+  const auto range = forward_range();
   const Tensor& ids = in.input_ids;
   DP_CHECK(ids.dim() == 2 && ids.dtype() == kInt64, "BERT: input_ids must be int64 [batch, sequence], got ",
            ids.str());
@@ -153,6 +154,7 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c, Device device, Generat
 }
 
 Tensor BertSelfAttention::attend(const Tensor& x, const Tensor& mask) {
+  const auto range = forward_range();
   DP_CHECK(x.dim() == 3, "BertSelfAttention: expected hidden states [batch, sequence, hidden], got ", x.str());
   const int64_t b = x.size(0), s = x.size(1), hidden = heads * head_size;
   // [B, S, H] → [B·heads, S, d]
@@ -183,6 +185,7 @@ Tensor BertResidualOutput::forward(const Tensor&) {
 }
 
 Tensor BertResidualOutput::forward(const Tensor& x, const Tensor& residual) {
+  const auto range = forward_range();
   return LayerNorm->forward(add(dropout->forward(dense->forward(x)), residual));
 }
 
@@ -191,7 +194,10 @@ BertAttention::BertAttention(const BertConfig& c, Device device, Generator& gen)
   output = register_module("output", std::make_shared<BertResidualOutput>(c.hidden_size, c, device, gen));
 }
 
-Tensor BertAttention::attend(const Tensor& x, const Tensor& mask) { return output->forward(self->attend(x, mask), x); }
+Tensor BertAttention::attend(const Tensor& x, const Tensor& mask) {
+  const auto range = forward_range();
+  return output->forward(self->attend(x, mask), x);
+}
 
 // ---- Layers and encoder -------------------------------------------------------------------
 
@@ -199,7 +205,10 @@ BertIntermediate::BertIntermediate(const BertConfig& c, Device device, Generator
   dense = register_module("dense", make_linear(c.hidden_size, c.intermediate_size, c, device, gen));
 }
 
-Tensor BertIntermediate::forward(const Tensor& x) { return gelu(dense->forward(x)); }
+Tensor BertIntermediate::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return gelu(dense->forward(x));
+}
 
 BertLayer::BertLayer(const BertConfig& c, Device device, Generator& gen) {
   attention = register_module("attention", std::make_shared<BertAttention>(c, device, gen));
@@ -208,6 +217,7 @@ BertLayer::BertLayer(const BertConfig& c, Device device, Generator& gen) {
 }
 
 Tensor BertLayer::run(const Tensor& x, const Tensor& mask) {
+  const auto range = forward_range();
   const Tensor attended = attention->attend(x, mask);
   return output->forward(intermediate->forward(attended), attended);
 }
@@ -221,6 +231,7 @@ BertEncoder::BertEncoder(const BertConfig& c, Device device, Generator& gen) {
 }
 
 Tensor BertEncoder::run(const Tensor& x, const Tensor& mask) {
+  const auto range = forward_range();
   Tensor h = x;
   for (const auto& l : layers) h = l->run(h, mask);
   return h;
@@ -230,7 +241,10 @@ BertPooler::BertPooler(const BertConfig& c, Device device, Generator& gen) {
   dense = register_module("dense", make_linear(c.hidden_size, c.hidden_size, c, device, gen));
 }
 
-Tensor BertPooler::forward(const Tensor& hidden) { return tanh(dense->forward(hidden.select(1, 0))); }
+Tensor BertPooler::forward(const Tensor& hidden) {
+  const auto range = forward_range();
+  return tanh(dense->forward(hidden.select(1, 0)));
+}
 
 BertModel::BertModel(const BertConfig& c, Device device, Generator& gen) : config(c) {
   config.validate();
@@ -240,6 +254,7 @@ BertModel::BertModel(const BertConfig& c, Device device, Generator& gen) : confi
 }
 
 Tensor BertModel::encode(const BertInputs& in) {
+  const auto range = forward_range();
   return encoder->run(embeddings->embed(in), in.attention_mask);
 }
 
@@ -250,14 +265,20 @@ BertPredictionHeadTransform::BertPredictionHeadTransform(const BertConfig& c, De
   LayerNorm = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, device, c.layer_norm_eps));
 }
 
-Tensor BertPredictionHeadTransform::forward(const Tensor& x) { return LayerNorm->forward(gelu(dense->forward(x))); }
+Tensor BertPredictionHeadTransform::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return LayerNorm->forward(gelu(dense->forward(x)));
+}
 
 BertTiedDecoder::BertTiedDecoder(const Tensor& word_embeddings, const Tensor& head_bias) {
   weight = register_parameter("weight", word_embeddings);
   bias = register_parameter("bias", head_bias);
 }
 
-Tensor BertTiedDecoder::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor BertTiedDecoder::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return linear(x, weight, bias);
+}
 
 BertLMPredictionHead::BertLMPredictionHead(const BertConfig& c, const Tensor& word_embeddings, Device device,
                                            Generator& gen) {
@@ -266,7 +287,10 @@ BertLMPredictionHead::BertLMPredictionHead(const BertConfig& c, const Tensor& wo
   decoder = register_module("decoder", std::make_shared<BertTiedDecoder>(word_embeddings, bias));
 }
 
-Tensor BertLMPredictionHead::forward(const Tensor& hidden) { return decoder->forward(transform->forward(hidden)); }
+Tensor BertLMPredictionHead::forward(const Tensor& hidden) {
+  const auto range = forward_range();
+  return decoder->forward(transform->forward(hidden));
+}
 
 BertPreTrainingHeads::BertPreTrainingHeads(const BertConfig& c, const Tensor& word_embeddings, Device device,
                                            Generator& gen) {

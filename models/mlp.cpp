@@ -21,6 +21,7 @@ MLP::MLP(int64_t in_features, const std::vector<int64_t>& hidden, int64_t num_cl
 }
 
 Tensor MLP::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [N, *] → [N, in_features] → logits [N, classes]
   return layers->forward(flatten->forward(x));
 }

@@ -32,7 +32,9 @@ std::pair<int64_t, int64_t> model_image_sides(const std::string& name, int64_t b
   return {1, std::numeric_limits<int64_t>::max()};
 }
 
-std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen) {
+namespace {
+
+std::shared_ptr<nn::Module> make_model(const ModelSpec& spec, Device device, Generator& gen) {
   if (spec.name == "bert") {
     DP_CHECK(spec.vocab_size > 0, "build_model 'bert': the vocabulary size must be positive, got ", spec.vocab_size);
     DP_CHECK(!spec.zero_init_residual, "build_model 'bert': zero_init_residual is only supported by the resnet models");
@@ -58,6 +60,14 @@ std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Ge
   std::string known;
   for (const std::string& n : known_models()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown model '" + spec.name + "'; known models: " + known);
+}
+
+}  // namespace
+
+std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen) {
+  std::shared_ptr<nn::Module> model = make_model(spec, device, gen);
+  model->name_modules_for_profiling();  // NOTE [ NVTX ranges ]
+  return model;
 }
 
 }  // namespace dp

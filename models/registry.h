@@ -40,7 +40,8 @@ std::pair<int64_t, int64_t> model_image_sides(const std::string& name, int64_t b
 // Builds the model on `device`, initialised from `gen`. With an mlp or bert and dropout > 0, the
 // Dropout modules draw their masks from `gen`, which must then outlive the model. An unknown
 // name throws dp::Error listing the known ones; dropout on a model other than mlp and bert, or
-// zero_init_residual on one other than a resnet, throws too.
+// zero_init_residual on one other than a resnet, throws too. Its modules are named for profiling
+// (nn::Module::name_modules_for_profiling).
 std::shared_ptr<nn::Module> build_model(const ModelSpec& spec, Device device, Generator& gen);
 
 }  // namespace dp

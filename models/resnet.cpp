@@ -38,6 +38,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Device
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [N, in, H, W] → out [N, planes, H/s, W/s]; the shortcut matches out's shape
   // relu(bn(conv(x))) and relu(bn(conv(out)) + shortcut), each written by the batch-norm kernel
   // (BatchNorm2d::forward_add_relu; torchvision's values, the `relu` module kept for its names).
@@ -60,6 +61,7 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Device
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [N, in, H, W] → [N, planes, H, W] → [N, planes, H/s, W/s] → out [N, 4·planes, H/s, W/s]
   // As BasicBlock: each bn → relu and bn3 → add → relu is one batch-norm kernel.
   Tensor out = bn1->forward_relu(conv1->forward(x));
@@ -113,6 +115,7 @@ ResNet::ResNet(ResNetBlock block, const std::array<int64_t, 4>& blocks_per_layer
 }
 
 Tensor ResNet::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [N, C, H, W] → stem [N, 64, H/4, W/4] → layer4 [N, 512·expansion, H/32, W/32]
   // → pooled [N, 512·expansion] → [N, classes]
   Tensor h = maxpool->forward(bn1->forward_relu(conv1->forward(x)));

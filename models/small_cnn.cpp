@@ -31,6 +31,7 @@ SmallCNN::SmallCNN(int64_t in_channels, int64_t num_classes, Device device, Gene
 }
 
 Tensor SmallCNN::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [N, C, 28, 28] → features [N, 64, 7, 7] → [N, 3136] → logits [N, classes]
   return classifier->forward(flatten->forward(features->forward(x)));
 }

@@ -91,7 +91,7 @@ BackwardStats run_backward(const Tensor& root, const Tensor& grad_root, const Ba
       if (options.sum_in_place) offer_pending_sums(*node, grads);
     }
     if (grad_out.defined() || dynamic_cast<AccumulateGrad*>(node)) {
-      const nvtx::ScopedRange range(node->name());  // the op's name (NOTE [ NVTX ranges ])
+      const nvtx::ScopedRange range(node->name(), node->module());  // "conv2d [layer1.0.conv1]" (NOTE [ NVTX ranges ])
       input_grads = node->backward(grad_out);
     }
     node->offered.clear();

@@ -4,6 +4,7 @@
 
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/nvtx.h"
 
 namespace dp {
 
@@ -11,7 +12,8 @@ namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
 }  // namespace
 
-Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(next_sequence_nr++) {}
+Node::Node(std::string name)
+    : name_(std::move(name)), module_(nvtx::current_module()), sequence_nr_(next_sequence_nr++) {}
 
 std::vector<Tensor> FunctionNode::backward(const Tensor& grad_output) {
   DP_CHECK(fn_ != nullptr, "backward through '", name(),

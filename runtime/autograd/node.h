@@ -25,6 +25,9 @@ class Node {
   explicit Node(std::string name);
   virtual ~Node() = default;
   const std::string& name() const { return name_; }
+  // The module whose forward made this node (its dotted name), when an NVTX tool is attached;
+  // null otherwise (NOTE [ NVTX ranges ] in core/nvtx.h).
+  const std::shared_ptr<const std::string>& module() const { return module_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
   // One gradient per input; entries for inputs with a null next[i] may be left undefined.
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
@@ -53,6 +56,7 @@ class Node {
 
  private:
   std::string name_;
+  std::shared_ptr<const std::string> module_;
   uint64_t sequence_nr_;  // creation order; the engine runs later-created nodes first
 };
 

@@ -4,6 +4,9 @@
 
 namespace dp::nn {
 
-Tensor Activation::forward(const Tensor& x) { return unary_op(op_, x); }
+Tensor Activation::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return unary_op(op_, x);
+}
 
 }  // namespace dp::nn

@@ -29,6 +29,7 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
 }
 
 Tensor BatchNorm2d::normalize(const Tensor& x, bool fused, const Tensor& residual) {
+  const auto range = forward_range();
   // x [N, C, H, W]; weight, bias, running_mean, running_var [C] → y [N, C, H, W]
   DP_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features, "): expected input [N, ",
            num_features, ", H, W], got ", x.str());

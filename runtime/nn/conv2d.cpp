@@ -29,6 +29,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, D
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [N, in, H, W], weight [out, in/groups, k, k] → [N, out, H', W']
   DP_CHECK(x.dim() == 4 && x.size(1) == in_channels, "Conv2d(", in_channels, ", ", out_channels,
            ", kernel_size=", kernel_size, "): expected input [N, ", in_channels, ", H, W], got ", x.str());

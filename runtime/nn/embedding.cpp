@@ -22,6 +22,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Device devic
 }
 
 Tensor Embedding::forward(const Tensor& indices) {
+  const auto range = forward_range();
   // indices int64 [*], weight [V, D] → [*, D]
   DP_CHECK(indices.dtype() == kInt64, "Embedding(", num_embeddings, ", ", embedding_dim,
            "): expected int64 indices, got ", indices.str());

@@ -16,6 +16,7 @@ LayerNorm::LayerNorm(const Shape& normalized_shape, Device device, double eps, b
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [*, *normalized_shape] → same shape
   return layer_norm(x, normalized_shape, weight, bias, eps);
 }

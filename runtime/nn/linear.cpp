@@ -18,6 +18,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, Device device, Generat
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  const auto range = forward_range();
   // x [*, in], weight [out, in], bias [out] → [*, out]
   DP_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(in_features=", in_features,
            ", out_features=", out_features, "): expected input [*, ", in_features, "], got ", x.str());

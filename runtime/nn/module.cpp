@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/core/error.h"
@@ -183,6 +184,12 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out;
   collect_modules("", out);
   return out;
+}
+
+void Module::name_modules_for_profiling() {
+  std::unordered_set<const Module*> named;
+  for (const auto& [name, module] : named_modules())
+    if (!name.empty() && named.insert(module).second) module->profile_name_ = std::make_shared<const std::string>(name);
 }
 
 void Module::train(bool on) {

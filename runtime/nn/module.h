@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/nvtx.h"
 #include "runtime/tensor/tensor.h"
 
 namespace dp::nn {
@@ -63,6 +64,17 @@ class Module {
   // The pointers are owned by the tree and live as long as this module.
   std::vector<std::pair<std::string, Module*>> named_modules();
 
+  // ---- Profiling names (NOTE [ NVTX ranges ] in core/nvtx.h) ----
+  // Names every module below this one by its dotted path (named_modules()'s; a module reachable
+  // twice keeps its first), for its forward's NVTX range and the autograd nodes it makes. This
+  // module stays unnamed: its forward is already the step's `forward` range. models/registry
+  // calls it for every model it builds.
+  void name_modules_for_profiling();
+  // Opens this module's forward range until the returned object goes out of scope (nothing when no
+  // NVTX tool is attached or the module is unnamed); every forward-like method starts with
+  //   const auto range = forward_range();
+  [[nodiscard]] nvtx::ModuleRange forward_range() const { return nvtx::ModuleRange(profile_name_); }
+
   // ---- State (torch's state_dict / load_state_dict) ----
   // Every parameter and buffer by its torch name, in torch's order: each module's parameters,
   // then its buffers, then its children's (what torch.save(model.state_dict()) holds). The
@@ -99,6 +111,7 @@ class Module {
   std::vector<NamedTensor> parameters_;
   std::vector<NamedTensor> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::shared_ptr<const std::string> profile_name_;
   bool training_ = true;
 };
 

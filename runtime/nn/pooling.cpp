@@ -23,18 +23,27 @@ Pool2dParams square_window(const char* module, int64_t kernel_size, int64_t stri
 MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding)
     : params(square_window("MaxPool2d", kernel_size, stride, padding, true)) {}
 
-Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, params); }
+Tensor MaxPool2d::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return max_pool2d(x, params);
+}
 
 AvgPool2d::AvgPool2d(int64_t kernel_size, int64_t stride, int64_t padding, bool count_include_pad)
     : params(square_window("AvgPool2d", kernel_size, stride, padding, count_include_pad)) {}
 
-Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, params); }
+Tensor AvgPool2d::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return avg_pool2d(x, params);
+}
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t output_h, int64_t output_w) : output_h(output_h), output_w(output_w) {
   DP_CHECK(output_h > 0 && output_w > 0, "AdaptiveAvgPool2d: output size must be positive, got ", output_h, "x",
            output_w);
 }
 
-Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_h, output_w); }
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  const auto range = forward_range();
+  return adaptive_avg_pool2d(x, output_h, output_w);
+}
 
 }  // namespace dp::nn

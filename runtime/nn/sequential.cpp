@@ -14,6 +14,7 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  const auto range = forward_range();
   Tensor h = x;
   for (const std::shared_ptr<Module>& m : layers_) h = m->forward(h);
   return h;

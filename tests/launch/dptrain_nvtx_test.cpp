@@ -122,15 +122,34 @@ TEST_F(NvtxRanges, StepsEncloseTheirPhasesAndCheckpointsAndEvaluationsFallBetwee
   EXPECT_THAT(outermost, ElementsAre("step 1", "step 2", "checkpoint", "step 3", "evaluation", "save weights"));
   for (const char* step : {"step 1", "step 2", "step 3"})
     EXPECT_THAT(names_inside(ranges, step), ElementsAre("data", "forward", "backward", "optimizer")) << step;
-  // Inside backward, each autograd node by its op's name, in the order the engine runs them: the
-  // loss first, the leaves' gradient accumulators among the last.
+  // Inside forward, each module by its torch name (named_modules()), nested as the modules are;
+  // the model itself is the forward range. Evaluation runs the same modules.
+  const std::vector<std::string> forward{"step 1", "forward"};
+  std::vector<std::string> modules, features;
+  for (const Range& r : ranges) {
+    if (r.enclosing == forward) modules.push_back(r.name);
+    if (r.enclosing.size() == 3 && r.enclosing[2] == "features" && r.enclosing[0] == "step 1")
+      features.push_back(r.name);
+  }
+  EXPECT_THAT(modules, ElementsAre("features", "flatten", "classifier"));
+  EXPECT_THAT(features, ElementsAre("features.0", "features.1", "features.2", "features.3", "features.4",
+                                    "features.5"));
+  EXPECT_THAT(names_inside(ranges, "evaluation"), ElementsAre("features", "flatten", "classifier"));
+  // Inside backward, each autograd node by its op's name and the module whose forward made it, in
+  // the order the engine runs them: the loss first (made outside the model), the leaves' gradient
+  // accumulators after the op that uses them.
   std::vector<std::string> nodes;
   for (const Range& r : ranges)
     if (r.enclosing == std::vector<std::string>{"step 1", "backward"}) nodes.push_back(r.name);
   ASSERT_FALSE(nodes.empty());
   EXPECT_EQ(nodes.front(), "cross_entropy");
-  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "conv2d"), 2);
-  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "AccumulateGrad"), 8) << "SmallCNN's 8 parameters";
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "conv2d [features.0]"), 1) << ::testing::PrintToString(nodes);
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "conv2d [features.3]"), 1);
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), "linear [classifier.2]"), 1);
+  EXPECT_EQ(std::count_if(nodes.begin(), nodes.end(),
+                          [](const std::string& n) { return n.rfind("AccumulateGrad [", 0) == 0; }),
+            8)
+      << "SmallCNN's 8 parameters, each named by its module";
 }
 
 TEST_F(NvtxRanges, TheMpiCommunicationThreadMarksEachCollective) {
