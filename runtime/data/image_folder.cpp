@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "runtime/data/jpeg.h"
 #include "runtime/ops/creation.h"
@@ -193,6 +194,20 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageTransformOptions tra
                                "): the labels would not match; both splits need the same class folders"));
   }
   // torchvision's make_dataset: per class in order, the walk's directories sorted, files sorted.
+  // Symbolic links to folders are followed, as torchvision does; but a folder reached twice — a
+  // link loop, or a link into another class's folder — is an error here: the walk would count its
+  // images many times over (a loop ends only at the kernel's 40-link limit) or under the wrong class.
+  std::map<std::pair<dev_t, ino_t>, std::string> walked;  // every folder of the split, by identity
+  const auto first_visit = [&](const fs::path& dir) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return;  // vanished or unreadable: the listing says so
+    const auto [seen, fresh] = walked.emplace(std::make_pair(st.st_dev, st.st_ino), dir.string());
+    if (!fresh)
+      throw Error(detail::concat("image folder ", split_dir, ": the folder ", dir.string(), " is ", seen->second,
+                                 " again (a symbolic link loop, or a link into another class's folder): its images ",
+                                 "would be counted more than once or under the wrong class; remove the link"));
+  };
+  for (const std::string& name : classes_) first_visit(fs::path(split_dir) / name);
   std::vector<std::string> ignored_examples;
   for (size_t label = 0; label < classes_.size(); ++label) {
     const fs::path class_dir = fs::path(split_dir) / classes_[label];
@@ -200,8 +215,15 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageTransformOptions tra
     std::error_code ec;
     fs::recursive_directory_iterator it(class_dir, fs::directory_options::follow_directory_symlink, ec);
     DP_CHECK(!ec, "image folder: cannot list ", class_dir.string(), ": ", ec.message());
-    for (const fs::directory_entry& entry : it) {
-      if (entry.is_directory(ec)) continue;
+    fs::path last_folder = class_dir;  // the folder the walk enters next: what a failed step could not list
+    for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const fs::directory_entry& entry = *it;
+      std::error_code type_ec;
+      if (entry.is_directory(type_ec)) {
+        first_visit(entry.path());
+        last_folder = entry.path();
+        continue;
+      }
       const std::string ext = lower(entry.path().extension().string());
       if (is_jpeg_name(ext)) {
         files.emplace_back(entry.path().parent_path().string(), entry.path().filename().string());
@@ -210,6 +232,8 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageTransformOptions tra
         if (ignored_examples.size() < 3) ignored_examples.push_back(entry.path().string());
       }
     }
+    DP_CHECK(!ec, "image folder: cannot list ", last_folder.string(), " (in class folder ", class_dir.string(),
+             "): ", ec.message());
     DP_CHECK(!files.empty(), "image folder: class folder ", class_dir.string(),
              " has no .jpg/.jpeg files: every class needs at least one image (remove the folder or add its images)");
     std::sort(files.begin(), files.end());

@@ -3,6 +3,10 @@
 // index), the normalisation on the device, every kind of bad input, and SyntheticImages.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "common/reference.h"
@@ -209,6 +213,57 @@ TEST_F(ImageFolderTest, MissingEmptyAndMismatchedFoldersAreClearErrors) {
   const std::string mismatch =
       error_of([&] { ImageFolder((root / "val").string(), small_transform(false), false, train.classes()); });
   EXPECT_NE(mismatch.find("class 1 is 'cow' here but 'dog' in training"), std::string::npos) << mismatch;
+}
+
+TEST_F(ImageFolderTest, FolderLinksAreFollowedButALoopOrALinkIntoAnotherClassIsAnError) {
+  write_jpeg(root / "train" / "cat" / "1.jpg", 30, 30, 0);
+  write_jpeg(root / "train" / "dog" / "1.jpg", 30, 30, 1);
+  write_jpeg(root / "extra" / "2.jpg", 30, 30, 2);
+  const fs::path train = root / "train";
+  // A link to a folder of more images is followed, as torchvision's walk does.
+  fs::create_directory_symlink(root / "extra", train / "cat" / "more");
+  {
+    const ImageFolder data(train.string(), small_transform(false));
+    ASSERT_EQ(data.size(), 3);
+    EXPECT_EQ(data.label(1), 0) << data.path(1);
+  }
+  // A loop would be walked until the kernel's 40-link limit: each class's images many times over,
+  // and the other classes' under this one.
+  fs::create_directory_symlink("..", train / "cat" / "loop");
+  const std::string loop = error_of([&] { ImageFolder(train.string(), small_transform(false)); });
+  EXPECT_NE(loop.find("the folder " + train.string() + "/cat/loop/"), std::string::npos) << loop;
+  EXPECT_NE(loop.find("symbolic link loop"), std::string::npos) << loop;
+  fs::remove(train / "cat" / "loop");
+  // A link into another class's folder would label the dogs as cats.
+  fs::create_directory_symlink(train / "dog", train / "cat" / "dogs");
+  const std::string cross = error_of([&] { ImageFolder(train.string(), small_transform(false)); });
+  EXPECT_NE(cross.find("cat/dogs is " + train.string() + "/dog again"), std::string::npos) << cross;
+  fs::remove(train / "cat" / "dogs");
+  // Two class names for one folder.
+  fs::create_directory_symlink(train / "dog", train / "hound");
+  const std::string twice = error_of([&] { ImageFolder(train.string(), small_transform(false)); });
+  EXPECT_NE(twice.find("hound is " + train.string() + "/dog again"), std::string::npos) << twice;
+  fs::remove(train / "hound");
+  EXPECT_EQ(ImageFolder(train.string(), small_transform(false)).size(), 3);
+}
+
+// A folder the walk cannot enter is an error naming it (it was a filesystem_error from the
+// iterator, reported as an unexpected error). Run as an unprivileged user in a child process:
+// root reads through permissions.
+TEST_F(ImageFolderTest, AnUnreadableFolderInsideAClassIsAnErrorNamingIt) {
+  write_jpeg(root / "train" / "cat" / "1.jpg", 30, 30, 0);
+  write_jpeg(root / "train" / "dog" / "sub" / "1.jpg", 30, 30, 1);
+  write_jpeg(root / "train" / "dog" / "2.jpg", 30, 30, 2);
+  fs::permissions(root / "train" / "dog" / "sub", fs::perms::none);
+  const std::string train = (root / "train").string();
+  EXPECT_EXIT(
+      {
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(3);
+        std::fprintf(stderr, "%s\n", error_of([&] { ImageFolder(train, small_transform(false)); }).c_str());
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "cannot list .*/train/dog/sub \\(in class folder .*/train/dog\\): Permission denied");
+  fs::permissions(root / "train" / "dog" / "sub", fs::perms::owner_all);
 }
 
 TEST_F(ImageFolderTest, BadFilesNameTheFileOrAreSkippedAndCounted) {
