@@ -1,6 +1,7 @@
 #include "launch/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include <yaml-cpp/yaml.h>
 
@@ -27,6 +29,12 @@ namespace {
 struct Context {
   std::string where;
   std::string key;  // "optimizer.lr"
+  // For a section's cross-key checks: where "section.key" was set (its --set, or its file and
+  // line), so that an error about another key names that key's origin. Null: `where` for all.
+  const std::function<std::string(const std::string&)>* locate = nullptr;
+  Context at(const std::string& other_key) const {
+    return {locate != nullptr ? (*locate)(other_key) : where, other_key, locate};
+  }
 };
 
 [[noreturn]] void fail(const Context& c, const std::string& message) {
@@ -43,6 +51,17 @@ std::string describe(const YAML::Node& n) {
 template <typename T>
 T scalar_as(const YAML::Node& n, const Context& c, const char* expectation) {
   if (!n.IsScalar()) fail(c, std::string("expected ") + expectation + ", got " + describe(n));
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // YAML 1.1 (yaml-cpp, PyYAML) reads 064 as octal 52 and refuses 0128: neither is what a
+    // batch size or a seed written with a leading zero means.
+    const std::string& v = n.Scalar();
+    const size_t digits = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
+    if (v.size() > digits + 1 && v[digits] == '0' && std::isdigit(static_cast<unsigned char>(v[digits + 1])) != 0) {
+      const size_t first = v.find_first_not_of('0', digits);
+      fail(c, std::string("expected ") + expectation + ", got '" + v + "': YAML reads a leading 0 as an octal " +
+                  "number; write " + v.substr(0, digits) + (first == std::string::npos ? "0" : v.substr(first)));
+    }
+  }
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
@@ -294,15 +313,12 @@ Section<RunConfig> run_section() {
            field("precision", &RunConfig::precision, one_of(kPrecisions))},
           [](const RunConfig& r, const Context& c) {
             if (r.eval_offset >= r.eval_every)
-              fail({c.where, "run.eval_offset"}, "expected a number of epochs below run.eval_every (" +
+              fail(c.at("run.eval_offset"), "expected a number of epochs below run.eval_every (" +
                                                     std::to_string(r.eval_every) + "), got " +
                                                     std::to_string(r.eval_offset));
             if (r.eval_every_samples > 0 && (r.eval_every != 1 || r.eval_offset != 0 || !r.eval_every_epoch))
-              fail({c.where, "run.eval_every_samples"}, "evaluation is scheduled by samples or by epochs "
+              fail(c.at("run.eval_every_samples"), "evaluation is scheduled by samples or by epochs "
                                                         "(run.eval_every, eval_offset, eval_every_epoch), not both");
-            if (r.weights_file == r.metrics_file)
-              fail({c.where, "run.weights_file"}, "'" + r.weights_file + "' is run.metrics_file too: choose another "
-                                                  "name (or empty for no weights file)");
           }};
 }
 
@@ -367,18 +383,18 @@ Section<DataConfig> data_section() {
             for (const char* key : {"mean", "std"}) {
               const std::vector<double>& v = std::string(key) == "mean" ? d.mean : d.std;
               if (grey && v.size() != 1)
-                fail({c.where, std::string("data.") + key}, "fashion_mnist has one (grey) channel: expected one "
+                fail(c.at(std::string("data.") + key), "fashion_mnist has one (grey) channel: expected one "
                                                              "number, got " + std::to_string(v.size()));
             }
             const bool text = d.dataset == "text";
             if (!text && (d.batching != "fixed" || d.packing != "none"))
-              fail({c.where, d.batching != "fixed" ? "data.batching" : "data.packing"},
+              fail(c.at(d.batching != "fixed" ? "data.batching" : "data.packing"),
                    "token batching and packing are for data.dataset: text; " + d.dataset + " batches images (data.batch_size)");
             if (text && d.batching == "max_tokens" && d.max_tokens == 0)
-              fail({c.where, "data.max_tokens"}, "data.batching max_tokens needs data.max_tokens, the padded tokens per "
+              fail(c.at("data.max_tokens"), "data.batching max_tokens needs data.max_tokens, the padded tokens per "
                                                  "rank batch (e.g. 8192)");
             if (d.eval_resize_size < d.eval_image_size)
-              fail({c.where, "data.eval_resize_size"}, "the eval image is cut from the resized one: expected at least "
+              fail(c.at("data.eval_resize_size"), "the eval image is cut from the resized one: expected at least "
                                                       "data.eval_image_size (" + std::to_string(d.eval_image_size) +
                                                       "), got " + std::to_string(d.eval_resize_size));
           }};
@@ -420,20 +436,20 @@ Section<OptimizerConfig> optimizer_section() {
            field("grafting_beta2", &OptimizerConfig::grafting_beta2, number_in(0.0, true, 1.0, "a number in (0, 1)"))},
           [](OptimizerConfig& o, const Context& c) {
             if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
-              fail({c.where, "optimizer.nesterov"}, "nesterov needs momentum > 0 and dampening 0");
+              fail(c.at("optimizer.nesterov"), "nesterov needs momentum > 0 and dampening 0");
             if (o.betas.size() != 2)
-              fail({c.where, "optimizer.betas"}, "expected two numbers [beta1, beta2], got " +
+              fail(c.at("optimizer.betas"), "expected two numbers [beta1, beta2], got " +
                                                      std::to_string(o.betas.size()));
             if (o.betas[0] >= 1)
-              fail({c.where, "optimizer.betas"}, "beta1 must be in [0, 1), got " + shortest(o.betas[0]));
+              fail(c.at("optimizer.betas"), "beta1 must be in [0, 1), got " + shortest(o.betas[0]));
             // Shampoo's beta2 = 1 is plain sums of its factors; Adam-type moments need beta2 < 1.
             if (o.name != "shampoo" && o.betas[1] >= 1)
-              fail({c.where, "optimizer.betas"}, o.name + " needs beta2 in [0, 1) (only shampoo takes 1), got " +
+              fail(c.at("optimizer.betas"), o.name + " needs beta2 in [0, 1) (only shampoo takes 1), got " +
                                                      shortest(o.betas[1]));
             if (o.name == "shampoo" && o.betas[1] == 0)
-              fail({c.where, "optimizer.betas"}, "shampoo needs beta2 in (0, 1], got 0");
+              fail(c.at("optimizer.betas"), "shampoo needs beta2 in (0, 1], got 0");
             if (o.start_preconditioning_step == 0)
-              fail({c.where, "optimizer.start_preconditioning_step"}, "expected a positive integer, or -1 for "
+              fail(c.at("optimizer.start_preconditioning_step"), "expected a positive integer, or -1 for "
                                                                       "precondition_frequency, got 0");
             // The chosen optimiser's defaults for what the recipe left unset.
             if (!o.weight_decay) o.weight_decay = default_weight_decay(o.name);
@@ -455,12 +471,12 @@ Section<ScheduleConfig> schedule_section() {
            field("total_steps", &ScheduleConfig::total_steps, integer_in(0, limits::kMaxSteps))},
           [](const ScheduleConfig& s, const Context& c) {
             if (s.name == "step" && s.step_epochs.empty())
-              fail({c.where, "schedule.step_epochs"}, "the step schedule needs at least one milestone");
+              fail(c.at("schedule.step_epochs"), "the step schedule needs at least one milestone");
             if (s.warmup_steps > 0 && s.warmup_epochs > 0)
-              fail({c.where, "schedule.warmup_steps"}, "give the warmup in steps or in epochs "
+              fail(c.at("schedule.warmup_steps"), "give the warmup in steps or in epochs "
                                                        "(schedule.warmup_epochs), not both");
             if (s.total_steps > 0 && s.warmup_steps > s.total_steps)
-              fail({c.where, "schedule.warmup_steps"}, "expected at most schedule.total_steps (" +
+              fail(c.at("schedule.warmup_steps"), "expected at most schedule.total_steps (" +
                                                            std::to_string(s.total_steps) + "), got " +
                                                            std::to_string(s.warmup_steps));
           }};
@@ -628,8 +644,53 @@ void check_optimizer_keys(const YAML::Node& root, const std::string& source, con
   }
 }
 
+// The files a run writes into run.output_dir must be distinct, none inside another's name, and
+// none in `checkpoints` (the checkpoints' folder): one would overwrite, or move aside as an
+// earlier run's, another of the same run — or fail only when it is written, after training.
+void check_output_files(const Config& config, const Context& c) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"run.metrics_file", config.run.metrics_file},
+      {"run.weights_file", config.run.weights_file},
+      {"logging.mllog", config.logging.mllog}};
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [key, name] = files[i];
+    if (name.empty()) continue;
+    const std::filesystem::path path = std::filesystem::path(name).lexically_normal();
+    if (*path.begin() == "checkpoints")
+      fail(c.at(key), "'" + name + "' would be run.output_dir/checkpoints or in it, the folder of the run's "
+                      "checkpoints: choose another name");
+    for (size_t j = 0; j < i; ++j) {
+      const auto& [other_key, other_name] = files[j];
+      if (other_name.empty()) continue;
+      const std::filesystem::path other = std::filesystem::path(other_name).lexically_normal();
+      if (path == other)
+        fail(c.at(key), "'" + name + "' is " + other_key + " too: choose another name" +
+                            (key == "run.metrics_file" ? "" : " (or empty for none)"));
+      const auto inside = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
+        const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+        return o == outer.end() && i != inner.end();
+      };
+      if (inside(path, other) || inside(other, path))
+        fail(c.at(key), "'" + name + "' and " + other_key + " '" + other_name +
+                            "': one would be a folder holding the other; choose names that do not nest");
+    }
+  }
+}
+
 Config parse_root(const YAML::Node& root, const std::string& source, const Origins& origins) {
   check_shape(root, source);
+  // Where "section.key" came from: its --set, or the line of its key in the file.
+  const std::function<std::string(const std::string&)> locate = [&](const std::string& path) {
+    if (auto it = origins.find(path); it != origins.end()) return it->second;
+    const size_t dot = path.find('.');
+    if (root.IsMap() && dot != std::string::npos) {
+      const YAML::Node section = root[path.substr(0, dot)];
+      if (section && section.IsMap())
+        for (const auto& kv : section)
+          if (kv.first.IsScalar() && kv.first.Scalar() == path.substr(dot + 1)) return where_of(source, kv.first);
+    }
+    return source;
+  };
   Config config;
   for_each_section([&](const auto& section) {
     auto& target = config.*(section.member);
@@ -651,9 +712,10 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
       f->parse(target, kv.second, Context{where, path});
     }
     // Runs for an absent section too: a check may fill in defaults that depend on other keys.
-    if (section.check) section.check(target, Context{source, section.name});
+    if (section.check) section.check(target, Context{source, section.name, &locate});
   });
   check_optimizer_keys(root, source, origins, config.optimizer.name);
+  check_output_files(config, Context{source, "run", &locate});
   return config;
 }
 
@@ -704,7 +766,13 @@ constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 Config load_from_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // One document per recipe: yaml-cpp's Load reads the first and drops the rest silently.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    for (size_t i = 1; i < documents.size(); ++i)
+      if (!documents[i].IsNull())
+        throw Error(where_of(source, documents[i]) + ": a second YAML document (after a '---' line): a recipe is " +
+                    "one document, and the rest would be ignored; merge them or remove the '---'");
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                 ": malformed YAML: " + e.msg);

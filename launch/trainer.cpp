@@ -935,8 +935,17 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
 TrainReport train(const Config& config, Runtime& runtime, Console& console, MetricsLog* metrics,
                   const RunWorld& world, const StopSignals* stop_signals) {
   int64_t step = 0;
+  const bool rank0 = !world.group || world.group->rank() == 0;
+  if (!config.run.weights_file.empty() && rank0) {
+    // The weights are written after training: their folder is made (or found wrong) before it.
+    const std::filesystem::path folder =
+        (std::filesystem::path(config.run.output_dir) / config.run.weights_file).parent_path();
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+    DP_CHECK(!ec, "run.weights_file: cannot create its folder '", folder.string(), "': ", ec.message());
+  }
   MllogRun mllog;
-  if (!config.logging.mllog.empty() && (!world.group || world.group->rank() == 0))
+  if (!config.logging.mllog.empty() && rank0)
     mllog.log = MlLogger((std::filesystem::path(config.run.output_dir) / config.logging.mllog).string());
   try {
     return run_training(config, runtime, console, metrics, world, stop_signals, mllog, step);

@@ -126,10 +126,61 @@ TEST(Config, WeightsFileIsInsideTheOutputDirAndNotTheMetricsFile) {
                                                                           "run.metrics_file too"));
 }
 
+// The run's output files: one would otherwise overwrite another, move it aside as an earlier run's
+// (an MLLOG named metrics.jsonl), or fail only when written, after training.
+TEST(Config, OutputFilesAreDistinctDoNotNestAndStayOutOfCheckpoints) {
+  EXPECT_EQ(load_error("logging: {mllog: metrics.jsonl}"),
+            "test.yaml:1: logging.mllog: 'metrics.jsonl' is run.metrics_file too: choose another name (or empty for "
+            "none)");
+  EXPECT_THAT(load_error("logging: {mllog: ./out/../model.safetensors}"),
+              HasSubstr("without '.' or '..'"));
+  EXPECT_THAT(load_error("run: {weights_file: w.safetensors}\nlogging: {mllog: w.safetensors}"),
+              HasSubstr("logging.mllog: 'w.safetensors' is run.weights_file too"));
+  EXPECT_THAT(load_error("run: {weights_file: logs//w.safetensors, metrics_file: logs/w.safetensors}"),
+              HasSubstr("run.weights_file: 'logs//w.safetensors' is run.metrics_file too"));
+  EXPECT_THAT(load_error("run: {metrics_file: checkpoints}"),
+              HasSubstr("run.metrics_file: 'checkpoints' would be run.output_dir/checkpoints or in it"));
+  EXPECT_THAT(load_error("", {"run.weights_file=checkpoints/w.safetensors"}),
+              HasSubstr("--set run.weights_file=checkpoints/w.safetensors: run.weights_file: "));
+  EXPECT_THAT(load_error("run: {metrics_file: logs, weights_file: logs/w.safetensors}"),
+              HasSubstr("run.weights_file: 'logs/w.safetensors' and run.metrics_file 'logs': one would be a folder "
+                        "holding the other"));
+  EXPECT_EQ(load_error("run: {metrics_file: logs/m.jsonl, weights_file: logs/w.safetensors}\n"
+                       "logging: {mllog: logs/mllog.txt}"),
+            "");
+}
+
 TEST(Config, CrossFieldRules) {
   EXPECT_THAT(load_error("optimizer: {momentum: 0, nesterov: true}"),
               HasSubstr("optimizer.nesterov: nesterov needs momentum > 0 and dampening 0"));
   EXPECT_THAT(load_error("schedule: {name: step}"), HasSubstr("schedule.step_epochs: the step schedule needs"));
+  // A rule about a key names where that key was set: its --set, or its line in the file.
+  EXPECT_EQ(load_error("optimizer:\n  name: adamw\n  lr: 0.001\n", {"optimizer.betas=[0.9, 1]"}),
+            "--set optimizer.betas=[0.9, 1]: optimizer.betas: adamw needs beta2 in [0, 1) (only shampoo takes 1), got 1");
+  EXPECT_THAT(load_error("optimizer:\n  name: adamw\n  betas: [0.9, 1]\n"),
+              HasSubstr("test.yaml:3: optimizer.betas: adamw needs beta2"));
+}
+
+// YAML 1.1 reads 064 as octal 52 (and refuses 0128); a recipe's integers are decimal.
+TEST(Config, IntegersWithALeadingZeroAreRefused) {
+  EXPECT_EQ(load_error("data: {batch_size: 064}"),
+            "test.yaml:1: data.batch_size: expected an integer in [1, 16777216], got '064': YAML reads a leading 0 as "
+            "an octal number; write 64");
+  EXPECT_THAT(load_error("data: {batch_size: 0128}"), HasSubstr("got '0128': YAML reads a leading 0"));
+  EXPECT_THAT(load_error("", {"run.seed=007"}), HasSubstr("run.seed: expected a non-negative integer, got '007'"));
+  EXPECT_THAT(load_error("run: {epochs: 00}"), HasSubstr("write 0"));
+  EXPECT_EQ(config_from_yaml_string("run: {seed: 0, epochs: 10}", "t.yaml").run.seed, 0u);
+  EXPECT_EQ(config_from_yaml_string("run: {seed: 0x10}", "t.yaml").run.seed, 16u);  // hex says what it is
+  EXPECT_EQ(config_from_yaml_string("optimizer: {lr: 0.05}", "t.yaml").optimizer.lr, 0.05);
+}
+
+// yaml-cpp's Load reads the first document and drops the rest.
+TEST(Config, ASecondYamlDocumentIsRefused) {
+  EXPECT_EQ(load_error("run: {epochs: 1}\n---\noptimizer: {lr: 999}\n"),
+            "test.yaml:3: a second YAML document (after a '---' line): a recipe is one document, and the rest would "
+            "be ignored; merge them or remove the '---'");
+  EXPECT_EQ(config_from_yaml_string("---\nrun: {epochs: 2}\n", "t.yaml").run.epochs, 2);
+  EXPECT_EQ(config_from_yaml_string("run: {epochs: 2}\n---\n", "t.yaml").run.epochs, 2);
 }
 
 TEST(Config, MalformedYamlGivesLine) {

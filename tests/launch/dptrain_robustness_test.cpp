@@ -238,6 +238,19 @@ TEST_F(Robustness, FinalWeightsAreWrittenLoadableAndNeverOverwritten) {
   EXPECT_THAT(off.output, ::testing::Not(HasSubstr("weights in")));
 }
 
+// A weights file in a folder of its own: the folder is made before training (the write came after
+// it, and failed there, losing the weights); a folder that cannot be made stops the run at once.
+TEST_F(Robustness, AWeightsFileInASubfolderIsWrittenThereOrRefusedBeforeTraining) {
+  const ProgramResult r = run("--config " + config("") + " --set run.weights_file=final/w.safetensors");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(out() / "final" / "w.safetensors")) << r.output;
+  std::ofstream(out() / "taken") << "a file";
+  const ProgramResult blocked = run("--config " + config("", "c2.yaml") + " --set run.weights_file=taken/w.safetensors");
+  expect_error(blocked, "run.weights_file: cannot create its folder '" + (out() / "taken").string() + "'");
+  EXPECT_THAT(r.output, HasSubstr("epoch 1/"));
+  EXPECT_THAT(blocked.output, ::testing::Not(HasSubstr("epoch 1/"))) << "refused before training";
+}
+
 TEST_F(Robustness, AMetricsFileThatIsADirectoryIsLeftAlone) {
   fs::create_directories(out() / "m" / "inside");
   std::ofstream(out() / "m" / "inside" / "keep.txt") << "mine";
