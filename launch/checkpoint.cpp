@@ -57,6 +57,18 @@ std::pair<uint64_t, uint64_t> size_and_digest(const std::string& path) {
   return {size, digest.value()};
 }
 
+// The manifest's own digest: FNV-1a of its JSON text without the digest entry (nlohmann's dump
+// writes keys sorted, so the text is the same on reading). The files' digests cover the tensors;
+// this covers the position, world size and config hash a resume trusts.
+constexpr const char* kManifestDigest = "manifest_fnv1a64";
+std::string manifest_digest(nlohmann::json manifest) {
+  manifest.erase(kManifestDigest);
+  const std::string text = manifest.dump();
+  Fnv1a digest;
+  digest.bytes(text.data(), text.size());
+  return hex_digest(digest.value());
+}
+
 // step_<digits> → the step; anything else (temporaries, stray files) → nothing.
 std::optional<int64_t> step_of(const std::string& name) {
   if (name.size() <= 5 || name.rfind("step_", 0) != 0) return std::nullopt;
@@ -107,7 +119,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
     }
     nlohmann::json facts = nlohmann::json::object();
     for (const auto& [k, v] : checkpoint.facts) facts[k] = v;
-    const nlohmann::json manifest = {{"format", "dptrain checkpoint"},
+    nlohmann::json manifest = {{"format", "dptrain checkpoint"},
                                      {"format_version", kCheckpointFormatVersion},
                                      {"dptrain_version", kDptrainVersion},
                                      {"step", at.step},
@@ -118,6 +130,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
                                      {"config_hash", hex_digest(checkpoint.config_hash)},
                                      {"facts", facts},
                                      {"files", files}};
+    manifest[kManifestDigest] = manifest_digest(manifest);
     write_manifest((fs::path(tmp) / kManifest).string(), manifest);
     fsync_path(tmp, /*directory=*/true);
     DP_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "checkpoint: cannot rename '", tmp, "' to '", final_dir,
@@ -166,12 +179,22 @@ Checkpoint load_checkpoint(const std::string& dir, Device device) {
     DP_CHECK(version == kCheckpointFormatVersion, where, ": format version ", version, " (written by dptrain ",
              manifest.value("dptrain_version", "?"), "); this dptrain ", kDptrainVersion, " reads version ",
              kCheckpointFormatVersion);
+    // Absent in checkpoints written before the manifest was covered (same format otherwise).
+    if (manifest.contains(kManifestDigest))
+      DP_CHECK(manifest.at(kManifestDigest).get<std::string>() == manifest_digest(manifest), where, ": ",
+               manifest_path, " does not match its own digest (edited or corrupt): its position, world size and ",
+               "config hash cannot be trusted");
     Checkpoint out;
     out.position.step = manifest.at("step").get<int64_t>();
     out.position.epoch = manifest.at("epoch").get<int64_t>();
     out.position.step_in_epoch = manifest.at("step_in_epoch").get<int64_t>();
     out.position.samples = manifest.value("samples", int64_t{-1});  // absent before it was counted
     out.world_size = manifest.at("world_size").get<int>();
+    DP_CHECK(out.position.step >= 0 && out.position.epoch >= 0 && out.position.step_in_epoch >= 0 &&
+                 out.world_size >= 1,
+             where, ": ", manifest_path, " holds an impossible position or world size (step ", out.position.step,
+             ", epoch ", out.position.epoch, ", step in epoch ", out.position.step_in_epoch, ", world size ",
+             out.world_size, ")");
     out.config_hash = std::stoull(manifest.at("config_hash").get<std::string>(), nullptr, 16);
     for (const auto& [k, v] : manifest.at("facts").items()) out.facts[k] = v.get<std::string>();
     // Every file as the manifest recorded it, before parsing it.

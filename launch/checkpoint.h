@@ -10,13 +10,15 @@
 //                       "scaler.", the schedule clock's under "clock." (the trainer decides);
 //   checkpoint.json     the manifest, written last: format version, dptrain version, the
 //                       position (step, epoch, step in epoch), the world size, a hash of the
-//                       config, free-form facts, and each file's size and FNV-1a 64 digest.
+//                       config, free-form facts, each file's size and FNV-1a 64 digest, and
+//                       the manifest's own digest (of its JSON without that entry; manifests
+//                       without one, from before it, are read with their entries range-checked).
 // A save writes all of it into "step_<N>.tmp.<pid>", fsyncs every file and the directory,
 // renames the directory into place and fsyncs the parent: a reader (and `--resume auto`, which
 // takes the newest step_* directory) never sees half a checkpoint, and a crash or a full disk
 // during a save leaves the earlier checkpoints as they were. Loading checks the manifest's
-// version, then every file's size and digest, before parsing anything: a truncated, bit-flipped,
-// wrong-version or foreign directory is refused naming the file and the problem.
+// version and own digest, then every file's size and digest, before parsing anything: a truncated,
+// bit-flipped, edited, wrong-version or foreign directory is refused naming the file and the problem.
 #pragma once
 
 #include <cstdint>

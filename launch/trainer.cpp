@@ -709,6 +709,11 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     console.line("resumed from " + resume_from + " after step " + std::to_string(start.step) + " (epoch " +
                  std::to_string(start.epoch + 1) + ", step " + std::to_string(start.step_in_epoch) + " of " +
                  std::to_string(steps_per_epoch) + ")");
+    if (start.epoch >= config.run.epochs || (config.run.max_steps > 0 && start.step >= config.run.max_steps))
+      console.line("nothing left to train: the checkpoint is past the run's end (run.epochs " +
+                   std::to_string(config.run.epochs) +
+                   (config.run.max_steps > 0 ? ", run.max_steps " + std::to_string(config.run.max_steps) : "") +
+                   "); raise it to train on");
   } else {
     if (config.run.resume == "auto")
       console.line("run.resume auto: no checkpoint under " + checkpoints_dir(config) + "; starting afresh");

@@ -145,13 +145,30 @@ TEST_F(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedNamingFileAndProblem
   const std::string garbled = fresh(6);
   std::ofstream(fs::path(garbled) / "checkpoint.json", std::ios::trunc) << "{\"format\": ";
   EXPECT_ERROR_CONTAINS(load_checkpoint(garbled, cpu_), "is not valid JSON");
-  const std::string lacking = fresh(7);
+  // The manifest is covered by its own digest: an edited position is refused.
+  const std::string edited = fresh(10);
+  edit_manifest(edited, "\"epoch\": 2", "\"epoch\": 99");
+  EXPECT_ERROR_CONTAINS(load_checkpoint(edited, cpu_), "checkpoint.json does not match its own digest (edited or corrupt)");
+  // Manifests written before that digest (older dptrain) are read, their entries checked.
+  const auto without_digest = [&](int64_t step) {
+    const std::string dir = fresh(step);
+    edit_manifest(dir, "\"manifest_fnv1a64\"", "\"unused_entry\"");
+    return dir;
+  };
+  const std::string lacking = without_digest(7);
   edit_manifest(lacking, "\"step_in_epoch\"", "\"steps_in_epoch\"");
   EXPECT_ERROR_CONTAINS(load_checkpoint(lacking, cpu_), "lacks or mistypes an entry");
+  const std::string negative = without_digest(11);
+  edit_manifest(negative, "\"step\": 11", "\"step\": -5");
+  EXPECT_ERROR_CONTAINS(load_checkpoint(negative, cpu_), "holds an impossible position or world size (step -5, epoch 2");
+  const std::string no_ranks = without_digest(12);
+  edit_manifest(no_ranks, "\"world_size\": 2", "\"world_size\": 0");
+  EXPECT_ERROR_CONTAINS(load_checkpoint(no_ranks, cpu_), "world size 0)");
   // Written before dptrain counted the samples trained: the count is unknown, not an error.
-  const std::string uncounted = fresh(9);
+  const std::string uncounted = without_digest(9);
   edit_manifest(uncounted, "\"samples\"", "\"unknown_key\"");
   EXPECT_EQ(load_checkpoint(uncounted, cpu_).position.samples, -1);
+  EXPECT_EQ(load_checkpoint(without_digest(13), cpu_).position.step, 13);
   const std::string missing_file = fresh(8);
   fs::remove(fs::path(missing_file) / "state.safetensors");
   EXPECT_ERROR_CONTAINS(load_checkpoint(missing_file, cpu_), "state.safetensors' is missing");

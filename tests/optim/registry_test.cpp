@@ -126,7 +126,7 @@ TEST(OptimizerConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(load_error("schedule: {name: exp}"), HasSubstr("(expected one of: constant, step, cosine, poly, linear)"));
   EXPECT_THAT(load_error("schedule: {power: 0}"), HasSubstr("schedule.power: expected a positive number"));
   EXPECT_EQ(load_error("optimizer: {name: adamw, betas: [0.9, 1]}"),
-            "t.yaml: optimizer.betas: adamw needs beta2 in [0, 1) (only shampoo takes 1), got 1");
+            "t.yaml:1: optimizer.betas: adamw needs beta2 in [0, 1) (only shampoo takes 1), got 1");
   EXPECT_EQ(load_error("optimizer: {name: shampoo, grafting: rmsprop}"),
             "t.yaml:1: optimizer.grafting: unknown value 'rmsprop' (expected one of: none, sgd, adagrad, adam)");
   EXPECT_THAT(load_error("optimizer: {name: shampoo, start_preconditioning_step: 0}"),
