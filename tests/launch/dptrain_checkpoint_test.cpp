@@ -191,6 +191,11 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   const ProgramResult free = dptrain("--config " + cfg + " --set run.max_steps=4 --set data.loader_threads=2 "
                                      "--set run.log_every=7 --resume auto");
   EXPECT_EQ(free.exit_code, 0) << free.output;
+  // A checkpoint past the run's end: nothing to train, and the run says so.
+  const ProgramResult done = dptrain("--config " + cfg + " --set run.max_steps=2 --resume auto");
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_THAT(done.output, HasSubstr("nothing left to train: the checkpoint is past the run's end (run.epochs 2, "
+                                     "run.max_steps 2); raise it to train on"));
   const ProgramResult missing = dptrain("--config " + cfg + " --resume " + (dir_ / "nowhere").string());
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_THAT(missing.output, HasSubstr("run.resume: '" + (dir_ / "nowhere").string() + "' is not a checkpoint"));
