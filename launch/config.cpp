@@ -677,6 +677,46 @@ void check_output_files(const Config& config, const Context& c) {
   }
 }
 
+// Schedule and model keys that only some schedules or models read, and which those are (every
+// schedule reads name, warmup_epochs, warmup_steps and count_skipped_steps; every model name,
+// num_classes, init_from).
+std::vector<std::string_view> readers_of(std::string_view section, std::string_view key) {
+  if (section == "schedule") {
+    if (key == "step_epochs" || key == "gamma") return {"step"};
+    if (key == "min_lr" || key == "total_steps") return {"cosine", "poly", "linear"};
+    if (key == "power") return {"poly"};
+  }
+  if (section == "model") {
+    if (key == "size") return {"bert"};
+    if (key == "mlp_hidden") return {"mlp"};
+  }
+  return {};  // read by all
+}
+
+// A schedule or model key set away from its default that the chosen schedule or model does not
+// read is refused (`gamma` and `step_epochs` without `name: step` would leave the learning rate
+// constant, silently), naming those that read it. At its default it is what --print-config
+// writes, and passes.
+template <typename S>
+void check_unread_keys(const Section<S>& section, const Config& config, const std::string& chosen,
+                       const std::function<std::string(const std::string&)>& locate) {
+  const Config defaults;
+  for (const auto& f : section.fields) {
+    const std::vector<std::string_view> readers = readers_of(section.name, f.key);
+    if (readers.empty() || std::find(readers.begin(), readers.end(), chosen) != readers.end()) continue;
+    YAML::Emitter set, standard;
+    f.emit(config.*(section.member), set);
+    f.emit(defaults.*(section.member), standard);
+    if (std::string_view(set.c_str()) == std::string_view(standard.c_str())) continue;
+    std::string names;
+    for (std::string_view r : readers) names += (names.empty() ? "" : ", ") + std::string(r);
+    const std::string path = std::string(section.name) + "." + f.key;
+    throw Error(locate(path) + ": " + path + ": the " + chosen + " " + section.name + " does not read it (only " +
+                names + (readers.size() == 1 ? " does" : " do") + "); remove it, or set " + section.name +
+                ".name to " + (readers.size() == 1 ? "" : "one of ") + names);
+  }
+}
+
 Config parse_root(const YAML::Node& root, const std::string& source, const Origins& origins) {
   check_shape(root, source);
   // Where "section.key" came from: its --set, or the line of its key in the file.
@@ -715,6 +755,14 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
     if (section.check) section.check(target, Context{source, section.name, &locate});
   });
   check_optimizer_keys(root, source, origins, config.optimizer.name);
+  check_unread_keys(schedule_section(), config, config.schedule.name, locate);
+  check_unread_keys(model_section(), config, config.model.name, locate);
+  // The decay's end below its start is the schedule's to refuse too, before anything runs.
+  if ((config.schedule.name == "cosine" || config.schedule.name == "poly" || config.schedule.name == "linear") &&
+      config.schedule.min_lr > config.optimizer.lr)
+    fail(Context{source, "schedule", &locate}.at("schedule.min_lr"),
+         detail::concat("expected at most optimizer.lr (", config.optimizer.lr, "): the ", config.schedule.name,
+                        " schedule decays from optimizer.lr to min_lr, got ", config.schedule.min_lr));
   check_output_files(config, Context{source, "run", &locate});
   return config;
 }

@@ -161,6 +161,42 @@ TEST(Config, CrossFieldRules) {
               HasSubstr("test.yaml:3: optimizer.betas: adamw needs beta2"));
 }
 
+// Schedule and model keys the chosen schedule or model does not read: set away from their
+// defaults they would be ignored (gamma and step_epochs without `name: step` leave the learning
+// rate constant), so they are refused; at their defaults (what --print-config writes) they pass.
+TEST(Config, ScheduleAndModelKeysTheChoiceDoesNotReadAreRefusedUnlessAtTheirDefault) {
+  EXPECT_EQ(load_error("schedule:\n  step_epochs: [0.5]\n  gamma: 0.01\n"),
+            "test.yaml:2: schedule.step_epochs: the constant schedule does not read it (only step does); remove it, "
+            "or set schedule.name to step");
+  EXPECT_THAT(load_error("schedule: {name: step, step_epochs: [1], power: 3}"),
+              HasSubstr("schedule.power: the step schedule does not read it (only poly does)"));
+  EXPECT_THAT(load_error("schedule: {name: constant}", {"schedule.total_steps=100"}),
+              HasSubstr("--set schedule.total_steps=100: schedule.total_steps: the constant schedule does not read it "
+                        "(only cosine, poly, linear do); remove it, or set schedule.name to one of cosine, poly, linear"));
+  EXPECT_THAT(load_error("model: {name: small_cnn, mlp_hidden: [64]}"),
+              HasSubstr("model.mlp_hidden: the small_cnn model does not read it (only mlp does)"));
+  EXPECT_THAT(load_error("model: {name: resnet18, size: large}"),
+              HasSubstr("model.size: the resnet18 model does not read it (only bert does)"));
+  EXPECT_EQ(load_error("schedule: {name: cosine, gamma: 0.1, power: 2, step_epochs: []}\nmodel: {name: mlp, size: tiny}"),
+            "");
+  EXPECT_EQ(load_error("schedule: {name: poly, power: 0.5, min_lr: 0.001, total_steps: 100}"), "");
+  // --print-config's output loads back for every schedule and model.
+  for (const char* schedule : {"constant", "step", "cosine", "poly", "linear"})
+    for (const char* model : {"small_cnn", "mlp", "resnet50", "bert"}) {
+      const Config c = config_from_yaml_string(std::string("schedule: {name: ") + schedule + (std::string(schedule) == "step" ? ", step_epochs: [1]" : "") +
+                                                   "}\nmodel: {name: " + model + "}",
+                                               "t.yaml");
+      EXPECT_TRUE(config_from_yaml_string(to_yaml(c), "resolved.yaml") == c) << schedule << " " << model;
+    }
+}
+
+TEST(Config, AMinimumLearningRateAboveTheLearningRateIsRefusedAtLoad) {
+  EXPECT_EQ(load_error("optimizer: {lr: 0.05}\nschedule:\n  name: cosine\n  min_lr: 10\n"),
+            "test.yaml:4: schedule.min_lr: expected at most optimizer.lr (0.05): the cosine schedule decays from "
+            "optimizer.lr to min_lr, got 10");
+  EXPECT_EQ(load_error("optimizer: {lr: 0.05}\nschedule: {name: linear, min_lr: 0.05}"), "");
+}
+
 // YAML 1.1 reads 064 as octal 52 (and refuses 0128); a recipe's integers are decimal.
 TEST(Config, IntegersWithALeadingZeroAreRefused) {
   EXPECT_EQ(load_error("data: {batch_size: 064}"),
@@ -194,7 +230,7 @@ TEST(Config, MissingFile) {
 }
 
 TEST(Config, Overrides) {
-  Config c = config_from_yaml_string("optimizer: {lr: 0.1}", "t.yaml",
+  Config c = config_from_yaml_string("optimizer: {lr: 0.1}\nmodel: {name: mlp}", "t.yaml",
                                      {"optimizer.lr=0.2", "model.mlp_hidden=[512,256]", "run.device=cuda"});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.2);
   EXPECT_EQ(c.model.mlp_hidden, (std::vector<int64_t>{512, 256}));
@@ -269,9 +305,10 @@ TEST(Config, ASchedulesWarmupAndMilestonesAreCheckedAgainstItsLength) {
                               " schedule does at schedule.total_steps (50)");
   }
   EXPECT_TRUE(fits("{name: constant, warmup_epochs: 2.99}", 100).empty());
-  // schedule.total_steps ends decays only: constant and step run to the run's end.
-  EXPECT_TRUE(fits("{name: constant, warmup_steps: 50, total_steps: 50}", 100).empty());
-  EXPECT_TRUE(fits("{name: step, step_epochs: [2.5], total_steps: 100}", 100).empty());
+  // schedule.total_steps ends decays only (constant and step refuse it at load, and run to the
+  // run's end).
+  EXPECT_TRUE(fits("{name: constant, warmup_steps: 50}", 100).empty());
+  EXPECT_TRUE(fits("{name: step, step_epochs: [2.5]}", 100).empty());
   EXPECT_THAT(fits("{name: constant, warmup_steps: 300}", 100),
               ::testing::ElementsAre("schedule.warmup_steps (300) outlasts the schedule, which ends at run.epochs (3 x "
                                      "100 steps = 300): the learning rate stays below optimizer.lr (0.05)"));

@@ -184,7 +184,8 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   EXPECT_THAT(other.output, HasSubstr("differs from the checkpoint's in 2 keys"));
   EXPECT_THAT(other.output, HasSubstr("optimizer.lr: 0.05 in the checkpoint, 0.1 now"));
   EXPECT_THAT(other.output, HasSubstr("model.dropout: 0.1 in the checkpoint, 0.2 now"));
-  const ProgramResult model = dptrain("--config " + cfg + " --set model.name=small_cnn --set model.dropout=0 --resume auto");
+  const ProgramResult model = dptrain("--config " + cfg + " --set model.name=small_cnn --set model.dropout=0 "
+                                      "--set 'model.mlp_hidden=[1024, 1024]' --resume auto");
   EXPECT_NE(model.exit_code, 0);
   EXPECT_THAT(model.output, HasSubstr("model.name: mlp in the checkpoint, small_cnn now"));
   // What does not change the computation may differ.
