@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <sstream>
+#include <tuple>
 
 #include "comm/ddp/sync_batch_norm.h"
 #include "launch/graphed_step.h"
@@ -285,6 +286,33 @@ double preallocate(TrainingRun& r, const Config& config) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Every rank must train on the same data: each holds the whole dataset (the sampler gives it its
+// shard), so a node whose copy is partial or different — node-local staging that was cut short, a
+// relative data.root read from another working directory — would train the model on other
+// samples or labels without a word, or fail epochs later as a desync. Sizes and content digests
+// (Dataset::content_digest) are compared once, before anything else runs on them.
+void check_same_data_on_every_rank(const Dataset& train, const Dataset& eval, ProcessGroup& group, Device cpu) {
+  const int64_t n = group.size();
+  const Tensor mine = from_vector<int64_t>({train.size(), static_cast<int64_t>(train.content_digest()), eval.size(),
+                                            static_cast<int64_t>(eval.content_digest())},
+                                           {4}, cpu);
+  Tensor all = empty({n * 4}, kInt64, cpu);
+  group.all_gather(mine, all)->wait();
+  const std::vector<int64_t> v = all.to_vector<int64_t>();
+  for (const auto& [split, offset, data] : {std::tuple{"training", 0, &train}, std::tuple{"evaluation", 2, &eval}}) {
+    std::string differ;
+    for (int64_t r = 1; r < n; ++r) {
+      const int64_t size = v[r * 4 + offset], digest = v[r * 4 + offset + 1];
+      if (size == v[offset] && digest == v[offset + 1]) continue;
+      differ += detail::concat(differ.empty() ? "" : ", ", "rank ", r, " has ", size, " samples",
+                               size == v[offset] ? " with other contents" : "");
+    }
+    DP_CHECK(differ.empty(), "the ranks loaded different ", split, " data: rank 0 has ", v[offset], " samples, ",
+             differ, " (this rank read ", data->description(), "): every rank must read the same files; check ",
+             "data.root on each node (a partial copy, or a relative path read from another working directory)");
+  }
+}
+
 }  // namespace
 
 const TokenBatchSampler* TrainingRun::token_batches() const {
@@ -312,6 +340,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
 
   // ---- Data ----
   r.data = make_datasets(config);  // data.dataset (launch/datasets.h)
+  if (r.group && r.world_size > 1) check_same_data_on_every_rank(r.train_set(), r.eval_set(), *r.group, r.cpu);
   r.train_uploader = make_batch_uploader(r.device, r.cpu);
   r.eval_uploader = make_batch_uploader(r.device, r.cpu);
   if (r.data.train_text) {  // NOTE [ Token batching ]

@@ -22,6 +22,18 @@ class Fnv1a {
     for (int b = 0; b < 8; ++b) h_ = (h_ ^ ((v >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
     return *this;
   }
+  // Large buffers, 8 bytes a step (FNV-1a's step on little-endian 64-bit words, the tail byte by
+  // byte): a different digest from bytes() of the same data, ~8x faster (a dataset's pixels).
+  Fnv1a& words(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t v = 0;
+      for (int b = 0; b < 8; ++b) v |= static_cast<uint64_t>(p[i + b]) << (8 * b);  // one load when compiled
+      h_ = (h_ ^ v) * 0x100000001b3ull;
+    }
+    return bytes(p + i, n - i).word(n);
+  }
   // The text and a terminator, so ("ab", "c") and ("a", "bc") differ.
   Fnv1a& text(std::string_view s) { return bytes(s.data(), s.size()).word(0xff); }
   uint64_t value() const { return h_; }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/core/hash.h"
+
 namespace dp {
 
 Batch::Batch(std::initializer_list<std::pair<std::string, Tensor>> tensors) {
@@ -34,6 +36,8 @@ const Tensor& Batch::operator[](const std::string& name) const {
 Tensor& Batch::operator[](const std::string& name) {
   return const_cast<Tensor&>(static_cast<const Batch&>(*this)[name]);
 }
+
+uint64_t Dataset::content_digest() const { return Fnv1a().word(static_cast<uint64_t>(size())).value(); }
 
 Batch Dataset::fill_rows(const RowBatch& batch, int64_t, const Batch&) const {
   throw Error(detail::concat(description(), ": this dataset holds fixed-shape samples and cannot fill a batch of ",
@@ -92,6 +96,14 @@ void ImageClassificationDataset::check_index(int64_t index) const {
 std::span<const uint8_t> ImageClassificationDataset::image(int64_t index) const {
   check_index(index);
   return std::span<const uint8_t>(pixels_).subspan(index * image_numel_, image_numel_);
+}
+
+uint64_t ImageClassificationDataset::content_digest() const {
+  Fnv1a digest;
+  digest.word(static_cast<uint64_t>(size())).word(static_cast<uint64_t>(num_classes_));
+  for (int64_t d : image_shape_) digest.word(static_cast<uint64_t>(d));
+  digest.words(pixels_.data(), pixels_.size());
+  return digest.words(labels_.data(), labels_.size() * sizeof(int64_t)).value();
 }
 
 int64_t ImageClassificationDataset::label(int64_t index) const {

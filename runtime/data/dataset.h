@@ -90,6 +90,11 @@ class Dataset {
   // views that hold it, shaped by the batch ([rows, padded_length], ...). The same threading
   // rules as fill_batch. The default throws: fixed-shape samples have no rows.
   virtual Batch fill_rows(const RowBatch& batch, int64_t epoch, const Batch& buffers) const;
+  // A digest of what this dataset holds, compared across ranks before training (a node whose copy
+  // of the data is partial or different would otherwise train the model on it without a word):
+  // in-memory data hashes its samples and labels; file-backed data its file list, labels and
+  // sequence lengths, not the files' bytes. The default: the size alone.
+  virtual uint64_t content_digest() const;
 };
 
 // Samples of images with one class each: what the trainer needs beyond Dataset.
@@ -133,6 +138,7 @@ class ImageClassificationDataset : public ClassificationDataset {
   int64_t num_classes() const override { return num_classes_; }
   const Normalization& normalization() const { return normalization_; }
   const std::string& description() const override { return description_; }
+  uint64_t content_digest() const override;  // pixels, labels, shape, classes
   std::span<const uint8_t> image(int64_t index) const;  // C*H*W raw pixels
   int64_t label(int64_t index) const;
   std::span<const int64_t> labels() const { return labels_; }

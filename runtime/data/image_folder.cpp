@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 
+#include "runtime/core/hash.h"
 #include "runtime/data/jpeg.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
@@ -241,6 +242,12 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageTransformOptions tra
   }
   description_ = detail::concat("image folder ", split_dir, " (", classes_.size(), " classes, ", samples_.size(),
                                 " images)");
+  Fnv1a digest;
+  digest.word(samples_.size());
+  for (const std::string& name : classes_) digest.text(name);
+  const size_t below = (fs::path(split_dir) / "").string().size();  // paths as seen from the split folder
+  for (const Sample& s : samples_) digest.text(std::string_view(s.path).substr(below)).word(static_cast<uint64_t>(s.label));
+  content_digest_ = digest.value();
   if (ignored_files_ > 0) {
     std::string examples;
     for (const std::string& e : ignored_examples) examples += (examples.empty() ? "" : ", ") + e;

@@ -89,6 +89,8 @@ class ImageFolder final : public RgbImageDataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
   const std::string& description() const override { return description_; }
+  // The classes and every sample's path below the split folder and label (not the files' bytes).
+  uint64_t content_digest() const override { return content_digest_; }
 
   const std::vector<std::string>& classes() const { return classes_; }
   const std::string& path(int64_t index) const;
@@ -116,6 +118,7 @@ class ImageFolder final : public RgbImageDataset {
   std::vector<std::string> classes_;
   std::vector<Sample> samples_;
   int64_t ignored_files_ = 0;
+  uint64_t content_digest_ = 0;
   bool skip_bad_files_;
   mutable std::mutex skipped_mutex_;
   mutable std::set<int64_t> skipped_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 
 namespace dp::text {
 
@@ -24,12 +25,16 @@ MlmDataset::MlmDataset(TextDataset data, std::shared_ptr<const Vocabulary> vocab
       description_(name + " in " + data_.path()) {
   targets_.resize(data_.size());
   std::vector<int32_t> ids;
+  Fnv1a digest;
+  digest.word(data_.size()).word(vocab_->size());
   for (size_t i = 0; i < data_.size(); ++i) {
     ids.resize(data_.length(i));
     data_.tokens(i).copy_to(ids);
     targets_[i] = static_cast<int32_t>(masker_.predictions_in(ids));
     total_targets_ += targets_[i];
+    digest.words(ids.data(), ids.size() * sizeof(int32_t));  // with its length: sequence boundaries count
   }
+  content_digest_ = digest.value();
 }
 
 int64_t MlmDataset::sample_bytes() const {

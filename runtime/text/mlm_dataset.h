@@ -48,6 +48,7 @@ class MlmDataset final : public Dataset {
 
   int64_t size() const override { return static_cast<int64_t>(data_.size()); }
   const std::string& description() const override { return description_; }
+  uint64_t content_digest() const override { return content_digest_; }  // every sequence's tokens, the vocabulary size
   int64_t sample_bytes() const override;  // one row of max_seq_length tokens
   // Row buffers [capacity, max_seq_length] (mlm_* [capacity, max_seq_length] too: a row predicts
   // at most its tokens).
@@ -73,6 +74,7 @@ class MlmDataset final : public Dataset {
   std::string description_;
   std::vector<int32_t> targets_;
   int64_t total_targets_ = 0;
+  uint64_t content_digest_ = 0;
 };
 
 }  // namespace dp::text

@@ -4,13 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <string>
 
 #include "common/run_program.h"
@@ -147,6 +148,42 @@ TEST_F(Distributed, ConfigsThatDifferAcrossRanks) {
   expect_error_on_every_rank(run_program(kMpirun + " -np 1 " + dptrain_binary() + " --config " + a + " : -np 1 " +
                                          dptrain_binary() + " --config " + b),
                              "rank(s) 1 resolved a different configuration from rank 0");
+}
+
+// The same recipe, a relative data.root read from each rank's own working directory: rank 1's copy
+// of the image folder has one image filed under another class (same count, other labels), then
+// one image fewer. Each trained without a word before (or failed epochs later as a desync).
+TEST_F(Distributed, RanksThatLoadedDifferentDataAreStoppedBeforeTraining) {
+  const fs::path a = dir_ / "node_a", b = dir_ / "node_b";
+  const ProgramResult made = run_program(fs::path(dptrain_binary()).parent_path().string() +
+                                         "/make_image_folder --source fashion_mnist --out " + (a / "data").string() +
+                                         " --size 32 --train-limit 40 --val-limit 20");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  fs::copy(a, b, fs::copy_options::recursive);
+  std::vector<fs::path> classes;
+  for (const auto& e : fs::directory_iterator(b / "data" / "train")) classes.push_back(e.path());
+  std::sort(classes.begin(), classes.end());
+  ASSERT_GE(classes.size(), 2u);
+  const fs::path moved = fs::directory_iterator(classes[0])->path();
+  fs::rename(moved, classes[1] / moved.filename());
+  const std::string cfg = config("folder.yaml", "model: {name: small_cnn, num_classes: 10}\n") +
+                          " --set data.dataset=image_folder --set data.root=data --set data.batch_size=8"
+                          " --set data.eval_batch_size=10 --set data.image_size=28 --set data.eval_resize_size=32"
+                          " --set data.eval_image_size=28";
+  const auto both = [&] {
+    return run_program(kMpirun + " -np 1 --wdir " + a.string() + " " + dptrain_binary() + " --config " + cfg +
+                       " : -np 1 --wdir " + b.string() + " " + dptrain_binary() + " --config " + cfg);
+  };
+  const ProgramResult relabelled = both();
+  expect_error_on_every_rank(relabelled, "the ranks loaded different training data: rank 0 has 40 samples, rank 1 "
+                                         "has 40 samples with other contents (this rank read image folder data/train");
+  EXPECT_THAT(relabelled.output, HasSubstr("check data.root on each node"));
+  fs::remove(classes[1] / moved.filename());
+  expect_error_on_every_rank(both(), "rank 0 has 40 samples, rank 1 has 39 samples (this rank read");
+  fs::remove_all(b);
+  fs::copy(a, b, fs::copy_options::recursive);
+  const ProgramResult same = both();
+  EXPECT_EQ(same.exit_code, 0) << same.output;
 }
 
 TEST_F(Distributed, UnknownBackend) {

@@ -104,6 +104,33 @@ TEST_F(ImageDatasetTest, RejectsBadIndexAndBuffers) {
   }
 }
 
+// What the ranks compare before training (check_same_data_on_every_rank): equal data, equal
+// digests; one pixel, one label or one sample more, another digest.
+TEST_F(ImageDatasetTest, ContentDigestSeesEveryPixelAndLabel) {
+  const uint64_t digest = make(5, {}).content_digest();
+  EXPECT_EQ(make(5, {0.5, 2.0}).content_digest(), digest) << "normalisation is the config's, not the data";
+  EXPECT_NE(make(6, {}).content_digest(), digest);
+  std::vector<uint8_t> pixels;
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int p = 0; p < 6; ++p) pixels.push_back(static_cast<uint8_t>(40 * i + p));
+    labels.push_back(i % 3);
+  }
+  const auto with = [&](std::vector<uint8_t> px, std::vector<int64_t> lb) {
+    return ImageClassificationDataset(std::move(px), {1, 2, 3}, std::move(lb), 3, {}, "toy").content_digest();
+  };
+  EXPECT_EQ(with(pixels, labels), digest);
+  std::vector<uint8_t> last_pixel = pixels;
+  last_pixel.back() ^= 1;  // in the byte-by-byte tail of Fnv1a::words (30 bytes: 3 words + 6)
+  EXPECT_NE(with(last_pixel, labels), digest);
+  std::vector<uint8_t> first_pixel = pixels;
+  first_pixel.front() ^= 1;
+  EXPECT_NE(with(first_pixel, labels), digest);
+  std::vector<int64_t> relabelled = labels;
+  relabelled[2] = 0;
+  EXPECT_NE(with(pixels, relabelled), digest);
+}
+
 TEST_F(ImageDatasetTest, ConstructorValidates) {
   EXPECT_THROW(ImageClassificationDataset({1, 2, 3}, {1, 1, 2}, {0, 1}, 2, {}, "short pixels"), Error);
   EXPECT_THROW(ImageClassificationDataset({1, 2}, {1, 1, 1}, {0, 2}, 2, {}, "label range"), Error);

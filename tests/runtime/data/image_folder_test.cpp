@@ -247,6 +247,22 @@ TEST_F(ImageFolderTest, FolderLinksAreFollowedButALoopOrALinkIntoAnotherClassIsA
   EXPECT_EQ(ImageFolder(train.string(), small_transform(false)).size(), 3);
 }
 
+// The digest the ranks compare: the same layout under another root digests alike (each node has
+// its own path to its copy); an image filed under another class does not.
+TEST_F(ImageFolderTest, ContentDigestSeesTheLayoutBelowTheSplitFolder) {
+  for (const char* node : {"a", "b"}) {
+    write_jpeg(root / node / "train" / "cat" / "1.jpg", 30, 30, 0);
+    write_jpeg(root / node / "train" / "cat" / "2.jpg", 30, 30, 1);
+    write_jpeg(root / node / "train" / "dog" / "3.jpg", 30, 30, 2);
+  }
+  const auto digest = [&](const char* node) {
+    return ImageFolder((root / node / "train").string(), small_transform(false)).content_digest();
+  };
+  EXPECT_EQ(digest("a"), digest("b"));
+  fs::rename(root / "b" / "train" / "cat" / "2.jpg", root / "b" / "train" / "dog" / "2.jpg");
+  EXPECT_NE(digest("a"), digest("b"));
+}
+
 // A folder the walk cannot enter is an error naming it (it was a filesystem_error from the
 // iterator, reported as an unexpected error). Run as an unprivileged user in a child process:
 // root reads through permissions.
