@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -177,7 +178,10 @@ int main(int argc, char** argv) {
     // scripts and Slurm see it was not a completed run.
     return report.stop_signal ? 128 + report.stop_signal : 0;
   } catch (const std::exception& e) {
-    const bool ours = dynamic_cast<const dp::Error*>(&e) != nullptr;
+    // dp::Error, or the file system refusing a path the user gave (too long, no permission): both
+    // are the user's to act on, with the path in the message; anything else is a bug of ours.
+    const bool ours = dynamic_cast<const dp::Error*>(&e) != nullptr ||
+                      dynamic_cast<const std::filesystem::filesystem_error*>(&e) != nullptr;
     if (world_size > 1) {
       std::fprintf(stderr, "dptrain: %serror on rank %d of %d: %s\n", ours ? "" : "unexpected ", rank, world_size,
                    e.what());

@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -516,13 +518,13 @@ MlCheckReport check_mllog(std::string_view text, const std::string& file, MlBenc
 }
 
 MlCheckReport check_mllog_file(const std::string& path, MlBenchmark benchmark) {
+  std::error_code ec;
+  DP_CHECK(!std::filesystem::is_directory(path, ec), "MLLOG file '", path, "' is a directory; give the log file");
   std::ifstream in(path, std::ios::binary);
   DP_CHECK(in, "cannot open MLLOG file '", path, "': ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  // A directory opens, then fails to read.
-  DP_CHECK(!in.bad() && !text.fail(), "cannot read MLLOG file '", path, "'");
-  return check_mllog(text.str(), path, benchmark);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  DP_CHECK(!in.bad(), "cannot read MLLOG file '", path, "': ", std::strerror(errno));
+  return check_mllog(text, path, benchmark);  // an empty file: "no ':::MLLOG ' lines"
 }
 
 int run_check_mllog(const std::string& path, MlBenchmark benchmark, std::FILE* out, std::FILE* err) {

@@ -76,7 +76,8 @@ class LoaderState {
       slot.error = nullptr;
     } catch (const std::exception& e) {
       slot.error = std::make_exception_ptr(
-          Error(detail::concat("DataLoader: loading batch ", batch, " of epoch ", epoch, " failed: ", e.what())));
+          Error(detail::concat("DataLoader: loading batch ", batch + 1, " of epoch ", epoch + 1,  // as the console counts
+                               " failed: ", e.what())));
     } catch (...) {
       slot.error = std::current_exception();
     }

@@ -219,6 +219,12 @@ TEST(MllogChecker, AFileTheLoggerWrotePasses) {
   EXPECT_EQ(report.file, path);
   EXPECT_ERROR_CONTAINS(check_mllog_file((dir / "missing.txt").string(), MlBenchmark::kResnet),
                         "cannot open MLLOG file");
+  // A directory is named as one; an empty file is read, and holds no MLLOG lines.
+  EXPECT_ERROR_CONTAINS(check_mllog_file(dir.string(), MlBenchmark::kResnet), "' is a directory; give the log file");
+  std::ofstream(dir / "empty.txt").flush();
+  const MlCheckReport empty = check_mllog_file((dir / "empty.txt").string(), MlBenchmark::kResnet);
+  EXPECT_FALSE(empty.compliant());
+  EXPECT_THAT(listing(empty), ::testing::HasSubstr("no ':::MLLOG ' lines"));
   fs::remove_all(dir);
 }
 

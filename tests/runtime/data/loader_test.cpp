@@ -173,11 +173,11 @@ TEST_P(LoaderTest, FailureSurfacesInNextWithItsMessage) {
   InstrumentedDataset failing(data);
   DataLoader loader(failing, std::make_unique<FixedSizeBatchSampler>(std::make_unique<SequentialSampler>(40), 5, false),
                     cpu, options());
-  failing.failing_sample = 17;  // in batch 3
+  failing.failing_sample = 17;  // in batch 3 (the fourth; the message counts from 1, as the console)
   loader.begin_epoch(2);
   for (int b = 0; b < 3; ++b) ASSERT_TRUE(loader.next().has_value());
   const std::string message = error_of_next(loader);
-  EXPECT_NE(message.find("DataLoader: loading batch 3 of epoch 2 failed: cannot decode sample 17"), std::string::npos)
+  EXPECT_NE(message.find("DataLoader: loading batch 4 of epoch 3 failed: cannot decode sample 17"), std::string::npos)
       << message;
   EXPECT_EQ(error_of_next(loader), message);  // the epoch stays failed
 
