@@ -692,7 +692,17 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   const std::string resume_from = checkpoint_to_resume(config);
   std::optional<Checkpoint> checkpoint;
   if (!resume_from.empty()) {
-    checkpoint = load_checkpoint(resume_from, run.cpu);
+    try {
+      checkpoint = load_checkpoint(resume_from, run.cpu);
+    } catch (const Error& e) {
+      // --resume auto took the newest; an older complete one may be what the user wants instead.
+      const std::vector<std::string> all = list_checkpoints(checkpoints_dir(config));
+      if (config.run.resume != "auto" || all.size() < 2) throw;
+      throw Error(detail::concat(e.what(), "\n(run.resume auto takes the newest checkpoint; ", all.size() - 1,
+                                 " older one", all.size() == 2 ? " is" : "s are", " there, the newest of them ",
+                                 all[all.size() - 2], ": resume from it with --resume ", all[all.size() - 2],
+                                 " after moving the damaged one aside)"));
+    }
     const auto earlier = checkpoint->facts.find(kMetricsFact);
     if (metrics && earlier != checkpoint->facts.end()) metrics->write_lines(earlier->second);
   }

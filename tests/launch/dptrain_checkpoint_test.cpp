@@ -207,6 +207,23 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   EXPECT_TRUE(fs::exists(out() / "checkpoints.earlier.1" / "step_000000003" / "checkpoint.json"));
 }
 
+// --resume auto takes the newest checkpoint; when that one is damaged, the error names the older
+// complete one to resume from instead.
+TEST_F(Resume, ADamagedNewestCheckpointNamesTheOlderOne) {
+  const std::string cfg = config("optimizer: {name: sgd, lr: 0.05}\n");
+  ASSERT_EQ(dptrain("--config " + cfg + " --set run.max_steps=4 --set run.checkpoint_every=2").exit_code, 0);
+  const fs::path newest = out() / "checkpoints" / "step_000000004" / "model.safetensors";
+  fs::resize_file(newest, fs::file_size(newest) - 4);
+  const ProgramResult r = dptrain("--config " + cfg + " --resume auto");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("(truncated or replaced)"));
+  const std::string older = (out() / "checkpoints" / "step_000000002").string();
+  EXPECT_THAT(r.output, HasSubstr("1 older one is there, the newest of them " + older + ": resume from it with "
+                                  "--resume " + older));
+  const ProgramResult from_older = dptrain("--config " + cfg + " --set run.max_steps=3 --resume " + older);
+  EXPECT_EQ(from_older.exit_code, 0) << from_older.output;
+}
+
 // A checkpoint written before a configuration key existed: its run computed what the key's default
 // computes, so it resumes at the default and is refused at any other value.
 TEST_F(Resume, AKeyNewerThanTheCheckpointResumesAtItsDefault) {
