@@ -67,9 +67,25 @@ const char* loss_text(double v) { return std::isnan(v) ? "nan" : v > 0 ? "+inf" 
 // run.max_skipped_steps consecutive skipped steps (non-finite gradient norm) is also divergence.
 constexpr int64_t kLossCheckEvery = 100;
 
+// What to try after a divergence: the usual remedies, and the recipe's own values that are known
+// to diverge (eps 0 divides a parameter's zero second moment by zero; gamma > 1 raises the
+// learning rate at every milestone).
+std::string divergence_advice(const Config& config) {
+  std::string advice = "Lower optimizer.lr, add warmup (schedule.warmup_epochs) or gradient clipping "
+                       "(optimizer.clip_grad_norm)";
+  const OptimizerConfig& o = config.optimizer;
+  if ((o.name == "adamw" || o.name == "lamb") && o.eps && *o.eps == 0)
+    advice += "; optimizer.eps is 0, so a parameter whose gradient is 0 gets 0/0: use " +
+              std::string(o.name == "adamw" ? "1e-8" : "1e-6");
+  if (config.schedule.name == "step" && config.schedule.gamma > 1)
+    advice += detail::concat("; schedule.gamma is ", config.schedule.gamma,
+                             ", which multiplies the learning rate at every milestone: decays want gamma < 1");
+  return advice;
+}
+
 class LossWatch {
  public:
-  LossWatch(Device device) : device_(device) { reset(); }
+  LossWatch(Device device, std::string advice) : device_(device), advice_(std::move(advice)) { reset(); }
 
   void add(const Tensor& loss, int64_t step) {
     NoGradGuard no_grad;
@@ -86,8 +102,7 @@ class LossWatch {
         if (std::isfinite(v)) continue;
         const int64_t step = first_step_ + static_cast<int64_t>(i);  // 1-based
         throw Error("step " + std::to_string(step) + " (epoch " + std::to_string((step - 1) / steps_per_epoch + 1) +
-                    "): the training loss is " + loss_text(v) + ": the run has diverged. Lower optimizer.lr, add "
-                    "warmup (schedule.warmup_epochs) or gradient clipping (optimizer.clip_grad_norm)");
+                    "): the training loss is " + loss_text(v) + ": the run has diverged. " + advice_);
       }
     }
     reset();
@@ -100,6 +115,7 @@ class LossWatch {
   }
 
   Device device_;
+  std::string advice_;
   std::vector<Tensor> losses_;
   Tensor sum_;
   int64_t first_step_ = 0;
@@ -379,7 +395,7 @@ void check_skipped_run(const Config& config, const GradScaler& scaler, int64_t s
     throw Error("step " + std::to_string(step) + " (epoch " + std::to_string(epoch) +
                 "): the optimiser step was skipped " + std::to_string(in_a_row) + " times in a row (" + why +
                 "): the run has diverged (run.max_skipped_steps is " + std::to_string(config.run.max_skipped_steps) +
-                "). Lower optimizer.lr or add warmup (schedule.warmup_epochs)");
+                "). " + divergence_advice(config));
   }
   // The skipped run is read when it could first have reached the limit: caught at exactly that length.
   next_skip_check = step + (config.run.max_skipped_steps - in_a_row);
@@ -749,7 +765,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   bool stop = config.run.max_steps > 0 && step >= config.run.max_steps;
   int stop_signal = 0;  // NOTE [ Stopping on a signal ]
   StopVote stop_vote(stop_signals, run.group, run.cpu);
-  LossWatch loss_watch(run.device);  // NOTE [ Divergence checks ]
+  LossWatch loss_watch(run.device, divergence_advice(config));  // NOTE [ Divergence checks ]
   const int64_t check_every = std::min(report_every, kLossCheckEvery);
   int64_t next_skip_check = config.run.max_skipped_steps;
   int64_t skipped_at_last_report = 0;  // the window's skips are those since then

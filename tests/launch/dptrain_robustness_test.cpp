@@ -105,6 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Class 5: divergence.
         BadCase{"NonFiniteLoss", "optimizer: {lr: 1e30}\n", "--set run.max_steps=40",
                 "the run has diverged. Lower optimizer.lr"},
+        BadCase{"StepScheduleThatGrows",
+                "optimizer: {lr: 0.05}\nschedule: {name: step, step_epochs: [0.01, 0.02, 0.03], gamma: 1e10}\n",
+                "--set run.max_steps=60", "; schedule.gamma is 1e+10, which multiplies the learning rate at every milestone"},
         BadCase{"StepsSkippedInARow", "optimizer: {lr: 1e30, clip_grad_norm: 1}\n",
                 "--set run.max_steps=200 --set run.max_skipped_steps=3 --set run.log_every=1000",
                 "the optimiser step was skipped 3 times in a row (non-finite gradient norm): the run has diverged"},
