@@ -20,7 +20,15 @@ case "$kind" in
   *) echo "tests/sanitizers/run.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
 esac
 
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_SANITIZE="$kind" \
+# ASan builds for AVX2 (x86-64-v3): GCC 12 gives large locals 64-byte alignment and copies them
+# with aligned AVX-512 (zmm) moves, but under detect_stack_use_after_return those locals live on
+# ASan's fake stack, whose frames are aligned to 32 only (GCC PR 110027, fixed in GCC 13.3 and 14):
+# the moves fault (a SEGV in a std::vector built from an initializer list, 2026-11-29). With AVX2
+# the moves need 32. The AVX-512 intrinsic kernels (half_convert.cpp, pool.cpp: guarded, with AVX2
+# versions) are then not sanitized; the Release suite tests them.
+arch=()
+[[ $kind == address ]] && arch=(-DDPTRAIN_CPU_ARCH=x86-64-v3)
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_SANITIZE="$kind" "${arch[@]}" \
   -DDPTRAIN_WITH_CUDA=OFF -DDPTRAIN_BUILD_BENCH=OFF >/dev/null
 
 # Open MPI and PMIx keep some allocations until exit and unload their plugins at MPI_Finalize:
