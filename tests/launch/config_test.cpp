@@ -213,10 +213,16 @@ TEST(Config, IntegersWithALeadingZeroAreRefused) {
 // yaml-cpp's Load reads the first document and drops the rest.
 TEST(Config, ASecondYamlDocumentIsRefused) {
   EXPECT_EQ(load_error("run: {epochs: 1}\n---\noptimizer: {lr: 999}\n"),
-            "test.yaml:3: a second YAML document (after a '---' line): a recipe is one document, and the rest would "
-            "be ignored; merge them or remove the '---'");
+            "test.yaml:2: a second YAML document begins here: a recipe is one document, and the rest would be "
+            "ignored; merge them or remove the '---'");
+  EXPECT_THAT(load_error("# recipe\n%YAML 1.2\n---\nrun: {epochs: 1}\n...\n--- {optimizer: {lr: 9}}\n"),
+              HasSubstr("test.yaml:5: a second YAML document begins here"));
+  EXPECT_THAT(load_error("run: {epochs: 1}\n--- # comment\n\noptimizer: {lr: 9}\n"), HasSubstr("test.yaml:2: a second"));
   EXPECT_EQ(config_from_yaml_string("---\nrun: {epochs: 2}\n", "t.yaml").run.epochs, 2);
-  EXPECT_EQ(config_from_yaml_string("run: {epochs: 2}\n---\n", "t.yaml").run.epochs, 2);
+  EXPECT_EQ(config_from_yaml_string("%YAML 1.2\n---\nrun: {epochs: 2}\n", "t.yaml").run.epochs, 2);
+  EXPECT_EQ(config_from_yaml_string("run: {epochs: 2}\n---\n# nothing more\n", "t.yaml").run.epochs, 2);
+  EXPECT_EQ(config_from_yaml_string("run: {epochs: 2}\n...\n", "t.yaml").run.epochs, 2);
+  EXPECT_EQ(config_from_yaml_string("run: {name: '---x'}\n", "t.yaml").run.name, "---x");
 }
 
 TEST(Config, MalformedYamlGivesLine) {
