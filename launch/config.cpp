@@ -758,7 +758,8 @@ Config parse_root(const YAML::Node& root, const std::string& source, const Origi
   check_unread_keys(schedule_section(), config, config.schedule.name, locate);
   check_unread_keys(model_section(), config, config.model.name, locate);
   // The decay's end below its start is the schedule's to refuse too, before anything runs.
-  if ((config.schedule.name == "cosine" || config.schedule.name == "poly" || config.schedule.name == "linear") &&
+  const std::vector<std::string_view> decays = readers_of("schedule", "min_lr");
+  if (std::find(decays.begin(), decays.end(), config.schedule.name) != decays.end() &&
       config.schedule.min_lr > config.optimizer.lr)
     fail(Context{source, "schedule", &locate}.at("schedule.min_lr"),
          detail::concat("expected at most optimizer.lr (", config.optimizer.lr, "): the ", config.schedule.name,
