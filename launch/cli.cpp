@@ -69,6 +69,19 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
                                                         "(default 1)")
       ->check(CLI::NonNegativeNumber);
   report_app->excludes(config)->excludes(set)->excludes(print)->excludes(resume_option);
+  EvaluateArgs evaluate;
+  CLI::App* eval_app = app.add_subcommand(
+      "evaluate", "Evaluate weights on the recipe's evaluation set (its data, transforms, model, device, precision "
+                  "and ranks), nothing trained or written: --config RECIPE --weights FILE | --checkpoint DIR|auto");
+  // --config and --set may follow the subcommand's name too.
+  eval_app->fallthrough();
+  CLI::Option* weights_option = eval_app->add_option(
+      "--weights", evaluate.weights, "A safetensors weights file (a run's run.weights_file, or torchvision's names)");
+  eval_app->add_option("--checkpoint", evaluate.checkpoint,
+                       "A checkpoint directory, or auto (the newest under run.output_dir/checkpoints)")
+      ->excludes(weights_option);
+  eval_app->add_flag("--json", evaluate.json, "Print the result as one JSON object");
+  eval_app->excludes(print)->excludes(resume_option);
   try {
     app.parse(argc, argv);
     if (!check_app->parsed() && !prep_app->parsed() && !report_app->parsed() && args.config_path.empty())
@@ -80,6 +93,7 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
   if (check_app->parsed()) args.check_mllog = check;
   if (prep_app->parsed()) args.prepare_text = prep;
   if (report_app->parsed()) args.scaling_report = report;
+  if (eval_app->parsed()) args.evaluate = evaluate;
   if (!resume.empty()) args.overrides.push_back("run.resume=" + resume);
   return args;
 }

@@ -6,6 +6,7 @@
 #include <variant>
 #include <vector>
 
+#include "launch/evaluate_command.h"
 #include "launch/prepare_text.h"
 #include "launch/scaling_report.h"
 
@@ -25,12 +26,16 @@ struct CliArgs {
   std::optional<CheckMllogArgs> check_mllog;  // set: run the check instead of training
   std::optional<PrepareTextArgs> prepare_text;  // set: make text shards instead of training
   std::optional<ScalingReportArgs> scaling_report;  // set: compare runs' metrics instead of training
+  // set: evaluate weights with the recipe instead of training (launch/evaluate_command.h)
+  std::optional<EvaluateArgs> evaluate;
 };
 
 // Parses argv. Returns the arguments, or the exit code when the program should stop now
 // (--help/--version: 0, after printing; a usage error: non-zero, after printing the message; a
 // usage error of check-mllog: 2, its documented status).
 // `dptrain prepare-text [FILE ...] --out DIR [--vocab vocab.txt] ...`: launch/prepare_text.h.
+// `dptrain evaluate --config RECIPE [--set ...] (--weights FILE | --checkpoint DIR|auto) [--json]`:
+// launch/evaluate_command.h (--config and --set may come before or after `evaluate`).
 std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv);
 
 }  // namespace dp

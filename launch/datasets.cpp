@@ -104,4 +104,10 @@ std::pair<int64_t, std::string> skipped_files(const Dataset& data) {
   return {0, ""};
 }
 
+std::pair<int64_t, std::string> decode_warnings(const Dataset& data) {
+  if (const auto* folder = dynamic_cast<const ImageFolder*>(&data))
+    return {folder->files_with_decode_warnings(), folder->first_decode_warning()};
+  return {0, ""};
+}
+
 }  // namespace dp

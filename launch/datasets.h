@@ -31,6 +31,9 @@ TrainAndEvalData make_datasets(const Config& config);
 // Files skipped so far as unreadable (data.skip_bad_files) in `data`, with the first one's
 // reason; {0, ""} for datasets that read no files.
 std::pair<int64_t, std::string> skipped_files(const Dataset& data);
+// An image folder's files decoded with a libjpeg warning so far and the first one's path and
+// warning (ImageFolder::files_with_decode_warnings); {0, ""} for other datasets.
+std::pair<int64_t, std::string> decode_warnings(const Dataset& data);
 
 // The masked-LM options of the data section (max_predictions 0: ceil(mask_prob x max_seq_length)).
 text::MlmMaskingOptions mlm_masking_options(const Config& config, int max_seq_length);

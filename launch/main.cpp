@@ -4,6 +4,7 @@
 //   dptrain check-mllog FILE --benchmark resnet|bert     (MLPerf log compliance, docs/mllog.md)
 //   dptrain prepare-text [FILE ...] --out DIR [--vocab vocab.txt]   (BERT's token shards)
 //   dptrain scaling-report RUN... [--baseline RUN] [--format table|markdown|csv|json]   (docs/scaling.md)
+//   dptrain evaluate --config ... --weights FILE | --checkpoint DIR|auto [--json]   (evaluation only)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "launch/cli.h"
 #include "launch/config.h"
 #include "launch/console.h"
+#include "launch/evaluate_command.h"
 #include "launch/metrics_log.h"
 #include "launch/mllog_checker.h"
 #include "launch/stop_signals.h"
@@ -72,9 +74,10 @@ int main(int argc, char** argv) {
   int rank = 0, world_size = 1;
   // First, before MPI and every computing thread, which inherit its blocked signals (NOTE
   // [ Signals on one thread ]); destroyed last.
+  // `evaluate` writes nothing, so a signal may end it at once (the default dispositions).
   std::optional<dp::StopSignals> stop_signals;  // NOTE [ Stopping on a signal ]
   try {
-    stop_signals.emplace();
+    if (!args.evaluate) stop_signals.emplace();
   } catch (const dp::Error& e) {
     std::fprintf(stderr, "dptrain: error: %s\n", e.what());
     return 1;
@@ -149,6 +152,17 @@ int main(int argc, char** argv) {
     }
     // Only rank 0 prints and writes files.
     dp::Console console(rank == 0 ? stdout : nullptr, rank == 0 && redraw_progress(launcher, env));
+    const dp::RunWorld run_world{group.get(), gpu_group.get(), device, batch_norm_group.get(), world.nodes};
+    if (const auto& evaluate = args.evaluate) {  // NOTE [ Evaluating weights ]: nothing written
+      if (!evaluate->json)
+        console.line(std::string("dptrain ") + dp::kDptrainVersion + " evaluate — " + args.config_path + " on " +
+                     device + (world_size > 1 ? ", " + std::to_string(world_size) + " ranks" : ""));
+      dp::run_evaluate(config, runtime, console, rank == 0 ? stdout : nullptr, run_world, *evaluate);
+      batch_norm_group.reset();
+      group.reset();
+      gpu_group.reset();
+      return 0;
+    }
     console.line(std::string("dptrain ") + dp::kDptrainVersion + " — resolved configuration (" + args.config_path + "):");
     console.line(dp::to_yaml(config));
     std::unique_ptr<dp::MetricsLog> metrics;
@@ -158,8 +172,7 @@ int main(int argc, char** argv) {
         console.line("an earlier run's " + metrics->path() + " is kept as " + metrics->kept_previous());
     }
     dp::TrainReport report =
-        dp::train(config, runtime, console, metrics.get(),
-                  dp::RunWorld{group.get(), gpu_group.get(), device, batch_norm_group.get(), world.nodes}, &*stop_signals);
+        dp::train(config, runtime, console, metrics.get(), run_world, &*stop_signals);
     char line[400];
     std::snprintf(line, sizeof line, "%s: %lld steps, peak RSS %.0f MiB%s, model digest %016llx, metrics in %s",
                   report.stop_signal ? dp::StopSignals::name(report.stop_signal) : "done",

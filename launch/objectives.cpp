@@ -21,7 +21,11 @@ EvalSums ClassificationObjective::eval_sums(nn::Module& model, const Batch& batc
   const Tensor& labels = batch[kLabels];
   Tensor loss = cross_entropy(logits, labels, Reduction::Sum).to(kFloat64);
   Tensor hits = equal(argmax(logits, -1).to(kFloat32), labels.to(kFloat32));
-  return {loss, sum(hits).to(kFloat64), full({}, static_cast<double>(batch.size()), kFloat64, logits.device())};
+  EvalSums sums{loss, sum(hits).to(kFloat64), full({}, static_cast<double>(batch.size()), kFloat64, logits.device()),
+                Tensor()};
+  // NOTE [ Top-5 accuracy ]
+  if (top5_) sums.correct_top5 = sum(topk_hits(logits, labels, 5)).to(kFloat64);
+  return sums;
 }
 
 namespace {
@@ -63,7 +67,7 @@ EvalSums MaskedLmObjective::eval_sums(nn::Module& model, const Batch& batch) con
   Tensor loss = cross_entropy(logits, labels, Reduction::Sum).to(kFloat64);
   // An unused slot's label (-100) never equals a predicted id; its weight is 0.
   Tensor hits = equal(argmax(logits, -1).to(kFloat32), labels.to(kFloat32));
-  return {loss, sum(hits).to(kFloat64), sum(batch[text::kMlmWeights]).to(kFloat64)};
+  return {loss, sum(hits).to(kFloat64), sum(batch[text::kMlmWeights]).to(kFloat64), Tensor()};
 }
 
 }  // namespace dp

@@ -411,6 +411,8 @@ void report_evaluation(const Config& config, Console& console, MetricsLog* metri
      << 100.0 * eval.accuracy << " %";
   os.precision(4);
   os << " (loss " << eval.loss << ")";
+  os.precision(2);
+  if (!std::isnan(eval.accuracy_top5)) os << ", top-5 " << 100.0 * eval.accuracy_top5 << " %";
   os.precision(1);
   os << ", " << seconds << " s";
   if (reached_target) {
@@ -418,15 +420,18 @@ void report_evaluation(const Config& config, Console& console, MetricsLog* metri
     os << "; target accuracy " << 100.0 * config.run.target_accuracy << " % reached: stopping";
   }
   console.line(os.str());
-  if (metrics)
-    metrics->write({{"event", "evaluation"},
-                    {"step", step},
-                    {"epoch", epoch},
-                    {"samples", samples},
-                    {"test_accuracy", eval.accuracy},
-                    {"test_loss", eval.loss},
-                    {"seconds", seconds},
-                    {"reached_target", reached_target}});
+  if (metrics) {
+    nlohmann::json rec = {{"event", "evaluation"},
+                          {"step", step},
+                          {"epoch", epoch},
+                          {"samples", samples},
+                          {"test_accuracy", eval.accuracy},
+                          {"test_loss", eval.loss},
+                          {"seconds", seconds},
+                          {"reached_target", reached_target}};
+    if (!std::isnan(eval.accuracy_top5)) rec["test_accuracy_top5"] = eval.accuracy_top5;
+    metrics->write(rec);
+  }
 }
 
 // The epoch's console line and metrics record.
@@ -441,6 +446,8 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
     os << ", test accuracy " << 100.0 * e.test_accuracy << " %";
     os.precision(4);
     os << " (loss " << e.test_loss << ")";
+    os.precision(2);
+    if (!std::isnan(e.test_accuracy_top5)) os << ", top-5 " << 100.0 * e.test_accuracy_top5 << " %";
   }
   os.precision(1);
   os << ", " << e.train_seconds << " s, " << e.samples_per_second
@@ -459,6 +466,13 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
   if (skipped > 0)
     console.line("  " + std::to_string(skipped) + " unreadable training file(s) skipped so far (data.skip_bad_files), "
                  "the first: " + first_skipped);
+  // Damaged JPEGs that still decode are used as decoded, as PIL does, but not without a word.
+  const auto [warned, first_warned] = decode_warnings(run.train_set());
+  const auto [eval_warned, first_eval_warned] = decode_warnings(run.eval_set());
+  if (warned > 0 || eval_warned > 0)
+    console.line("  JPEG files decoded with a libjpeg warning so far (damaged data, used as decoded, as PIL does): " +
+                 std::to_string(warned) + " training, " + std::to_string(eval_warned) + " test; the first: " +
+                 (warned > 0 ? first_warned : first_eval_warned));
   if (reached_target) {
     std::ostringstream t;
     t.setf(std::ios::fixed);
@@ -474,8 +488,10 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
     if (!std::isnan(e.test_accuracy)) {
       rec["test_accuracy"] = e.test_accuracy;
       rec["test_loss"] = e.test_loss;
+      if (!std::isnan(e.test_accuracy_top5)) rec["test_accuracy_top5"] = e.test_accuracy_top5;
     }
     if (skipped > 0) rec["skipped_files"] = skipped;
+    if (warned > 0 || eval_warned > 0) rec["decode_warnings"] = {{"train", warned}, {"test", eval_warned}};
     if (tokens) {
       nlohmann::json sizes = nlohmann::json::object(), lengths = nlohmann::json::object();
       for (const auto& [rows, count] : tokens->batch_sizes) sizes[std::to_string(rows)] = count;
@@ -494,19 +510,6 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
   }
 }
 
-// FNV-1a over every parameter's and buffer's name and bytes.
-uint64_t model_digest(nn::Module& model, Device cpu) {
-  Fnv1a digest;
-  auto add = [&](const auto& named) {
-    for (const auto& [n, t] : named) {
-      const Tensor host = t.to(cpu).contiguous();
-      digest.text(n).bytes(host.raw_data(), host.nbytes());
-    }
-  };
-  add(model.named_parameters());
-  add(model.named_buffers());
-  return digest.value();
-}
 
 // The end of a run: communication, loss scale and Shampoo summaries, and the metrics' end record.
 void report_end(const Config& config, const TrainingRun& run, Console& console, MetricsLog* metrics,
@@ -923,10 +926,11 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     const bool scheduled = !by_samples && config.run.eval_every_epoch &&
                            (epoch + config.run.eval_offset) % config.run.eval_every == 0;
     if ((scheduled || epoch == config.run.epochs || stop) && evaluated_at_step != step) evaluate_now(epoch);
-    e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+    e.test_loss = e.test_accuracy = e.test_accuracy_top5 = std::numeric_limits<double>::quiet_NaN();
     if (evaluated_at_step == step) {
       e.test_loss = last_eval.loss;
       e.test_accuracy = last_eval.accuracy;
+      e.test_accuracy_top5 = last_eval.accuracy_top5;
     }
     report.epochs.push_back(e);
     report_epoch(config, run, console, metrics, profiler, e, report.reached_target && !by_samples);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct EpochReport {
   double samples_per_second = 0;
   double test_loss = 0;      // NaN when not evaluated
   double test_accuracy = 0;  // fraction; NaN when not evaluated
+  double test_accuracy_top5 = std::numeric_limits<double>::quiet_NaN();  // NaN: not counted (NOTE [ Top-5 accuracy ])
 };
 
 struct CommReport {  // averages over the synchronised steps of a distributed run

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -18,6 +19,7 @@
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/hash.h"
 #include "runtime/core/host_memory.h"
 #include "runtime/io/tensor_file.h"
 #include "runtime/ops/creation.h"
@@ -407,21 +409,9 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   spec.dropout = config.model.dropout;
   spec.zero_init_residual = config.model.zero_init_residual;
   r.model = build_model(spec, r.device, r.generator);
-  if (!config.model.init_from.empty()) {
-    // Strict: a missing, unexpected or mis-shaped tensor is listed (torch's strict=True).
-    std::vector<nn::NamedTensor> weights;
-    try {
-      weights = load_tensors(config.model.init_from, r.cpu);
-    } catch (const Error& e) {
-      throw Error(detail::concat("model.init_from: ", e.what()));  // names the file and the problem
-    }
-    try {
-      r.model->load_state_dict(weights);
-    } catch (const Error& e) {
-      throw Error(detail::concat("model.init_from: ", config.model.init_from, " does not fit model ", spec.name,
-                                 " with ", spec.num_classes, " classes: ", e.what()));
-    }
-  }
+  if (!config.model.init_from.empty())
+    load_model_weights(*r.model, config.model.init_from, r.cpu, "model.init_from",
+                       detail::concat("model ", spec.name, " with ", spec.num_classes, " classes"));
   r.model->train();
   if (r.data.train_text) {
     r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
@@ -433,7 +423,8 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
         config.run.channels_last == "true" || (config.run.channels_last == "auto" && r.device.is_cuda());
     r.input_format = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
     r.objective = std::make_unique<ClassificationObjective>(*r.data.train_images, *r.data.eval_images,
-                                                            config.loss.label_smoothing, r.input_format);
+                                                            config.loss.label_smoothing, r.input_format,
+                                                            spec.num_classes);
   }
   if (r.world_size > 1) {
     broadcast_model_from_rank0(*r.model, *r.model_group);
@@ -573,19 +564,65 @@ Evaluation evaluate(TrainingRun& run) {
   run.eval_loader->begin_epoch(0);
   Tensor loss_sum = zeros({}, kFloat64, run.device), correct = zeros({}, kFloat64, run.device);
   Tensor count = zeros({}, kFloat64, run.device);
+  Tensor correct_top5;  // NOTE [ Top-5 accuracy ]: defined once a batch counts it
   while (std::optional<LoadedBatch> batch = run.eval_loader->next()) {
     const Batch on_device = run.eval_uploader->upload(*batch);
     const EvalSums sums = run.objective->eval_sums(*run.model, on_device);
     loss_sum = add(loss_sum, sums.loss);
     correct = add(correct, sums.correct);
     count = add(count, sums.count);
+    if (sums.correct_top5.defined()) correct_top5 = correct_top5.defined() ? add(correct_top5, sums.correct_top5)
+                                                                             : sums.correct_top5;
     run.eval_uploader->release_host_buffers();
   }
   run.model->train();
-  const std::vector<double> totals = sum_over_ranks(
-      run.group, {loss_sum.item<double>(), correct.item<double>(), count.item<double>()}, run.cpu);
+  // Every rank sends the same number of values (a rank whose shard had no batch sends a 0 for
+  // top-5); whether top-5 is counted depends on the model alone, the same on every rank.
+  const bool top5 = run.objective->counts_top5();
+  std::vector<double> values{loss_sum.item<double>(), correct.item<double>(), count.item<double>()};
+  if (top5) values.push_back(correct_top5.defined() ? correct_top5.item<double>() : 0.0);
+  const std::vector<double> totals = sum_over_ranks(run.group, values, run.cpu);
   DP_CHECK(totals[2] > 0, "evaluation: the test set gave no batches");
-  return {totals[0] / totals[2], totals[1] / totals[2]};
+  Evaluation e{totals[0] / totals[2], totals[1] / totals[2], totals[2]};
+  if (top5) e.accuracy_top5 = totals[3] / totals[2];
+  return e;
+}
+
+uint64_t model_digest(nn::Module& model, Device cpu) {
+  Fnv1a digest;
+  auto add = [&](const auto& named) {
+    for (const auto& [n, t] : named) {
+      const Tensor host = t.to(cpu).contiguous();
+      digest.text(n).bytes(host.raw_data(), host.nbytes());
+    }
+  };
+  add(model.named_parameters());
+  add(model.named_buffers());
+  return digest.value();
+}
+
+void load_model_weights(nn::Module& model, const std::string& path, Device cpu, const std::string& origin,
+                        const std::string& model_description) {
+  std::vector<nn::NamedTensor> weights;
+  std::map<std::string, std::string> metadata;
+  try {
+    weights = load_tensors(path, cpu, &metadata);
+  } catch (const Error& e) {
+    throw Error(detail::concat(origin, ": ", e.what()));  // names the file and the problem
+  }
+  try {
+    model.load_state_dict(weights);
+  } catch (const Error& e) {
+    throw Error(detail::concat(origin, ": ", path, " does not fit ", model_description, ": ", e.what()));
+  }
+  // safetensors has no checksum of its own; dptrain's weights files carry the model's digest
+  // (save_final_weights in trainer.cpp), so a flipped bit or an edited tensor is found here.
+  const auto recorded = metadata.find("model_digest");
+  if (recorded == metadata.end()) return;  // torchvision's, Hugging Face's, an older dptrain's
+  const std::string loaded = hex_digest(model_digest(model, cpu));
+  DP_CHECK(recorded->second == loaded, origin, ": ", path, " records model digest ", recorded->second,
+           " but its tensors give ", loaded, ": the file changed after dptrain wrote it (damaged, or edited); "
+           "use another copy of the weights");
 }
 
 }  // namespace dp

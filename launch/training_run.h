@@ -151,11 +151,24 @@ std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> valu
 struct Evaluation {
   double loss = std::numeric_limits<double>::quiet_NaN();
   double accuracy = std::numeric_limits<double>::quiet_NaN();
+  double count = 0;  // what the means are over, all ranks: samples, or predicted tokens for BERT
+  double accuracy_top5 = std::numeric_limits<double>::quiet_NaN();  // NaN: not counted (NOTE [ Top-5 accuracy ])
 };
 
 // The evaluation set, without autograd and with the model in eval mode (train mode after), in
 // the run's precision. Each rank evaluates its shard; the sums stay on the device until the end
 // and are added over the ranks (one read, not one per batch).
 Evaluation evaluate(TrainingRun& run);
+
+// FNV-1a over every parameter's and buffer's name and bytes: equal digests, equal models (the
+// "model digest" a run ends with, and the weights file's `model_digest` metadata).
+uint64_t model_digest(nn::Module& model, Device cpu);
+
+// Loads a safetensors file of weights into `model`, strictly (a missing, unexpected or mis-shaped
+// tensor is listed, as torch's strict=True). A file dptrain wrote records its model's digest: the
+// loaded model must have it, or the file changed since it was written (an error). `origin` opens
+// every message ("model.init_from", "--weights"); `model_description` names the model in them.
+void load_model_weights(nn::Module& model, const std::string& path, Device cpu, const std::string& origin,
+                        const std::string& model_description);
 
 }  // namespace dp

@@ -350,7 +350,8 @@ test_on_device() {
 #              CudaVsCpu cases, and the CPU tests on this CPU); a skip fails unless expected_skips.txt
 #   nccl_tests comm_nccl_tests with one rank (MPI singleton on the carried Open MPI)
 #              (NcclProcessGroup, and Shampoo's GPU state against its CPU Eigen run)
-#   train      dptrain --config configs/fashion_mnist.yaml --set run.device=cuda: 3 epochs, ≥ 89.5 %
+#   train      dptrain --config configs/fashion_mnist.yaml --set run.device=cuda: 3 epochs, ≥ 89.5 %;
+#              then `dptrain evaluate` of its weights on the GPU: the run's digest and accuracy
 #   nosync     100 steps (fp32; fp16 + clipping) with run.check_host_syncs: no host read inside a step
 #   graphs     the train step's recipe with run.cuda_graphs (>= 89.5 %, steps replayed), 200 fp16
 #              steps with loss scaling and clipping inside the graph, and an MLP with dropout eager
@@ -548,6 +549,30 @@ gtest_step() {
   fi
 }
 
+# `dptrain evaluate` (NOTE [ Evaluating weights ]) of a training run's weights file on `device`:
+# the digest must be the run's, the accuracy the run's last one within 0.05 points (a GPU
+# evaluation may pick other convolution algorithms than the run did). Sets EVALUATE_NOTE; returns
+# non-zero on a mismatch or an error. Arguments: dptrain, the training log, the weights, the
+# run's accuracy, device, the evaluation's log.
+evaluate_check() {
+  local bin="$1" train_log="$2" weights="$3" acc="$4" device="$5" log="$6" rc=0 eacc edigest tdigest
+  limited "$log" 60 "${CARRIED[@]}" "$bin" evaluate --config "$BUNDLE_ROOT/configs/fashion_mnist.yaml" \
+    --set run.device="$device" --set data.root="$BUNDLE_ROOT/data" --weights "$weights" || rc=$?
+  eacc="$(grep -oE 'test accuracy [0-9.]+' "$log" | tail -1 | awk '{print $3}')"
+  edigest="$(grep -oE 'model digest [0-9a-f]{16}' "$log" | head -1 | awk '{print $3}')"
+  tdigest="$(grep -oE 'model digest [0-9a-f]{16}' "$train_log" | tail -1 | awk '{print $3}')"
+  EVALUATE_NOTE="evaluate on $device: ${eacc:-none} %, digest ${edigest:-none}"
+  if ((rc != 0)); then
+    EVALUATE_NOTE="$EVALUATE_NOTE, exit $rc: $(grep -m1 -E 'error' "$log" | cut -c1-160)"
+    return 1
+  fi
+  if [[ -z "$eacc" || -z "$edigest" || "$edigest" != "$tdigest" ]] ||
+    ! awk -v a="$eacc" -v b="$acc" 'BEGIN {d = a - b; exit !(d <= 0.05 && d >= -0.05)}'; then
+    EVALUATE_NOTE="$EVALUATE_NOTE: differs from the run's ${acc:-none} %, digest ${tdigest:-none}"
+    return 1
+  fi
+}
+
 train_step() {
   local t0=$SECONDS rc=0 log="$STAGE/train.log" bin="$BUNDLE_ROOT/bin/dptrain"
   if [[ ! -x "$bin" ]]; then record train FAIL 0 "dptrain is not in the bundle"; return; fi
@@ -558,7 +583,12 @@ train_step() {
   acc="$(grep -E '^epoch [0-9]+/[0-9]+: ' "$log" | tail -1 | grep -oE 'test accuracy [0-9.]+' | awk '{print $3}')"
   grep -E '^epoch [0-9]+/[0-9]+: |^  step time|^done:|error' "$log" | sed 's/^/   /' | head -20
   local note="epochs done: ${epochs:-0}, final test accuracy ${acc:-none} % (needs 3 epochs, >= 89.5 %)"
-  if ((rc == 0)) && [[ "$epochs" == 3 && -n "$acc" ]] && awk -v a="$acc" 'BEGIN {exit !(a >= 89.5)}'; then
+  local evaluated=1
+  if ((rc == 0)); then
+    evaluate_check "$bin" "$log" "$STAGE/train_run/model.safetensors" "$acc" cuda "$STAGE/evaluate.log" || evaluated=0
+    note="$note; $EVALUATE_NOTE"
+  fi
+  if ((rc == 0 && evaluated)) && [[ "$epochs" == 3 && -n "$acc" ]] && awk -v a="$acc" 'BEGIN {exit !(a >= 89.5)}'; then
     record train PASS $((SECONDS - t0)) "$note"
   elif ((rc == 0)); then
     record train FAIL $((SECONDS - t0)) "$note"

@@ -270,6 +270,7 @@ int64_t ImageFolder::label(int64_t index) const {
 void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
   const std::string& file = path(index);
   DecodeWorker& w = this_thread_worker();
+  std::string warning;
   try {
     read_file(file, w.file);
     const JpegHeader header = w.decoder.read_header(w.file);
@@ -280,7 +281,7 @@ void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
       const CropBox crop = random_resized_crop_box(header.height, header.width, t.crop, rng);
       const bool flip = t.horizontal_flip && rng.uniform(0.0, 1.0) < 0.5;
       const int eighths = t.dct_scaling ? jpeg_scale_for(crop.width, crop.height, s, s) : 8;
-      w.decoder.decode(w.file, eighths, w.image);
+      warning = w.decoder.decode(w.file, eighths, w.image);
       // The crop in the decoded image's pixels; the filter's taps stop at the crop's edges (it
       // is cut out before the resize in torchvision), so the source is the crop's window.
       const double fx = static_cast<double>(w.image.width) / header.width;
@@ -298,7 +299,7 @@ void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
       const CropBox crop = center_crop_box(rh, rw, s, s);
       // Shrinking the whole image to rh x rw: decode at the smallest scale that still shrinks.
       const int eighths = t.dct_scaling ? jpeg_scale_for(header.width, header.height, rw, rh) : 8;
-      w.decoder.decode(w.file, eighths, w.image);
+      warning = w.decoder.decode(w.file, eighths, w.image);
       const RgbView whole{w.image.pixels.data(), w.image.height, w.image.width,
                           static_cast<int64_t>(w.image.width) * 3};
       resize_bilinear(whole, {0, 0, static_cast<double>(w.image.width), static_cast<double>(w.image.height)}, rh, rw,
@@ -306,6 +307,11 @@ void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
     }
   } catch (const Error& e) {
     throw Error(file + ": " + e.what());
+  }
+  if (!warning.empty()) {
+    std::lock_guard lock(warned_mutex_);
+    if (warned_.empty()) first_warning_ = file + ": " + warning;
+    warned_.insert(index);
   }
 }
 
@@ -344,6 +350,16 @@ int64_t ImageFolder::skipped_files() const {
 std::string ImageFolder::first_skipped() const {
   std::lock_guard lock(skipped_mutex_);
   return first_skipped_;
+}
+
+int64_t ImageFolder::files_with_decode_warnings() const {
+  std::lock_guard lock(warned_mutex_);
+  return static_cast<int64_t>(warned_.size());
+}
+
+std::string ImageFolder::first_decode_warning() const {
+  std::lock_guard lock(warned_mutex_);
+  return first_warning_;
 }
 
 // ---- SyntheticImages ----

@@ -102,6 +102,10 @@ class ImageFolder final : public RgbImageDataset {
   // Distinct files skipped so far (skip_bad_files) and the first one's reason.
   int64_t skipped_files() const;
   std::string first_skipped() const;
+  // Distinct files decoded so far with a libjpeg warning (damaged data that still decodes, used
+  // as decoded, as PIL does: JpegDecoder::decode), and the first one's path and warning.
+  int64_t files_with_decode_warnings() const;
+  std::string first_decode_warning() const;
   // Files with an image extension other than .jpg/.jpeg: not decoded, so never part of the set.
   int64_t ignored_files() const { return ignored_files_; }
 
@@ -124,6 +128,9 @@ class ImageFolder final : public RgbImageDataset {
   mutable std::set<int64_t> skipped_;
   mutable std::string first_skipped_;
   mutable std::atomic<bool> any_skipped_{false};
+  mutable std::mutex warned_mutex_;
+  mutable std::set<int64_t> warned_;
+  mutable std::string first_warning_;
 };
 
 // Random images made from (seed, index) alone; labels uniform over the classes. Costs no I/O or

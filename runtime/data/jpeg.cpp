@@ -83,7 +83,7 @@ JpegHeader JpegDecoder::read_header(std::span<const uint8_t> jpeg) {
   return {width, height, colorspace == TJCS_CMYK || colorspace == TJCS_YCCK};
 }
 
-void JpegDecoder::decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& out) {
+std::string JpegDecoder::decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& out) {
   const JpegHeader header = read_header(jpeg);
   out.width = jpeg_scaled_size(header.width, eighths);
   out.height = jpeg_scaled_size(header.height, eighths);
@@ -97,6 +97,7 @@ void JpegDecoder::decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& o
   }
   const int status = tjDecompress2(as_handle(handle_), jpeg.data(), static_cast<unsigned long>(jpeg.size()), target,
                                    out.width, 0, out.height, header.cmyk ? TJPF_CMYK : TJPF_RGB, 0);
+  std::string warning;
   if (status != 0) {
     const std::string reason = tjGetErrorStr2(as_handle(handle_));
     // Premature end: the rest of the image was filled with grey. Other warnings leave every pixel.
@@ -106,6 +107,7 @@ void JpegDecoder::decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& o
       reset();
       throw Error("the JPEG data is corrupt or truncated: " + reason);
     }
+    warning = reason.empty() ? "libjpeg warned without a message" : reason;
   }
   if (header.cmyk) {
     // Adobe's JPEGs store inverted CMYK: r = c' k' / 255 with the stored values (PIL's cmyk2rgb
@@ -116,6 +118,7 @@ void JpegDecoder::decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& o
       for (int c = 0; c < 3; ++c) out.pixels[3 * p + c] = static_cast<uint8_t>(std::clamp(nk - muldiv255(255 - s[c], nk), 0, 255));
     }
   }
+  return warning;
 }
 
 std::vector<uint8_t> encode_jpeg(const RgbImage& image, int quality, bool full_chroma) {

@@ -46,8 +46,11 @@ class JpegDecoder {
   JpegHeader read_header(std::span<const uint8_t> jpeg);
   // Decodes at eighths/8 of the full size (1..8) into `out` (its buffer reused). Warnings that
   // mean lost pixels (premature end of data: a truncated file) are errors; libjpeg's other
-  // warnings (extraneous bytes before a marker, which some ImageNet files have) are not, as in PIL.
-  void decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& out);
+  // warnings (extraneous bytes before a marker, which some ImageNet files have; damaged
+  // entropy-coded data that still decodes) are not, as in PIL: the image is decoded and the
+  // warning returned ("Corrupt JPEG data: 3 extraneous bytes before marker 0xd9"), for the
+  // caller to count. Empty when libjpeg had nothing to say.
+  std::string decode(std::span<const uint8_t> jpeg, int eighths, RgbImage& out);
 
  private:
   void reset();  // a fresh handle after an error

@@ -1,9 +1,12 @@
 #include "runtime/ops/loss.h"
 
+#include <algorithm>
+
 #include "runtime/autograd/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/node.h"
 #include "runtime/backend/backend.h"
+#include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
 
@@ -139,6 +142,27 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction re
     });
   }
   return out;
+}
+
+Tensor topk_hits(const Tensor& logits_in, const Tensor& target, int64_t k) {
+  DP_CHECK(logits_in.dim() == 2 && target.dim() == 1 && target.size(0) == logits_in.size(0), "topk_hits: logits ",
+           shape_str(logits_in.shape()), " and target ", shape_str(target.shape()), " must be [N, C] and [N]");
+  DP_CHECK(k >= 1, "topk_hits: k must be at least 1, got ", k);
+  NoGradGuard no_grad;
+  AutocastGuard full_precision(kFloat32);  // (a comparison: float32 whatever the run's precision)
+  const int64_t C = logits_in.size(1);
+  // Composed of pointwise ops and one row sum, so every backend runs it with the kernels it has:
+  // a > t is relu(a - t) != 0 (exact: the difference of two distinct floats is never 0).
+  const Tensor logits = logits_in.to(kFloat32);
+  const Tensor classes = arange(0, static_cast<double>(C), 1, kFloat32, logits.device()).reshape({1, C});
+  const Tensor one_hot = equal(classes, target.to(kFloat32).reshape({-1, 1}));              // [N, C]
+  const Tensor target_logit = sum(mul(logits, one_hot), {1}, /*keepdim=*/true);             // [N, 1]
+  const Tensor not_above = equal(relu(sub(logits, target_logit)), zeros({}, kFloat32, logits.device()));
+  const Tensor above = sub(full({}, static_cast<double>(C), kFloat32, logits.device()), sum(not_above, {1}));  // [N]
+  Tensor hits = zeros({logits.size(0)}, kFloat32, logits.device());
+  for (int64_t j = 0; j < std::min(k, C); ++j)
+    hits = add(hits, equal(above, full({}, static_cast<double>(j), kFloat32, logits.device())));
+  return hits;
 }
 
 }  // namespace dp

@@ -19,4 +19,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      int64_t ignore_index = -100, double label_smoothing = 0.0);
 
+// Top-k accuracy's hits: logits [N, C], target int64 [N] in [0, C); float32 [N], 1 where fewer
+// than k classes have a logit strictly above the target's, else 0 (a class tied with the target
+// never pushes it out, where torch.topk would pick among the tied). Not differentiable. k = 1 is
+// argmax's accuracy but for ties.
+Tensor topk_hits(const Tensor& logits, const Tensor& target, int64_t k);
+
 }  // namespace dp

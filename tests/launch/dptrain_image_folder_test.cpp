@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -127,6 +129,36 @@ TEST_F(ImageFolderRun, BadFoldersStopTheRunNamingWhatIsWrong) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("1 unreadable training file(s) skipped so far (data.skip_bad_files), the first: " +
                                   victim.string()));
+}
+
+// Bytes inserted before a JPEG's end marker: libjpeg warns ("Corrupt JPEG data: 14 extraneous
+// bytes before marker 0xd9") and decodes every pixel. The run trains on it, as PIL would, and the
+// epoch line and record count such files of both splits and name the first.
+TEST_F(ImageFolderRun, DamagedButDecodableJpegsAreUsedAndReported) {
+  const fs::path damaged = dir_ / "damaged";
+  fs::create_directories(damaged);
+  fs::copy(data_, damaged, fs::copy_options::recursive);
+  auto damage = [](const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bytes.insert(bytes.end() - 2, 16, '\x5A');  // (16: see tests/runtime/data/jpeg_test.cpp)
+    std::ofstream(file, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  const fs::path train_victim = *fs::directory_iterator(damaged / "train" / "3_Dress");
+  const fs::path val_victim = *fs::directory_iterator(damaged / "val" / "7_Sneaker");
+  damage(train_victim);
+  damage(val_victim);
+  const ProgramResult r = run("damaged", "--set run.epochs=1", damaged);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("JPEG files decoded with a libjpeg warning so far (damaged data, used as decoded, as "
+                                  "PIL does): 1 training, 1 test; the first: " + train_victim.string() +
+                                  ": Corrupt JPEG data: "));
+  EXPECT_THAT(dp::testing::read_text_file(dir_ / "damaged" / "metrics.jsonl"),
+              HasSubstr("\"decode_warnings\":{\"test\":1,\"train\":1}"));
+  // The undamaged folder says nothing of the kind.
+  const ProgramResult clean = run("clean", "--set run.epochs=1");
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_THAT(clean.output, ::testing::Not(HasSubstr("libjpeg warning")));
 }
 
 // The shipped ResNet-50 recipes log hyperparameters the MLPerf rules accept: a log made of

@@ -208,6 +208,28 @@ TEST_F(SoftmaxLossCudaTest, NegativeTargetThroughTheOpThrowsAtItem) {
   EXPECT_TRUE(std::isfinite(cross_entropy(logits, good).item<float>()));
 }
 
+// topk_hits (top-5 accuracy, NOTE [ Top-5 accuracy ]) is composed of pointwise ops and a row
+// sum: on the GPU it must count what the CPU counts, ties included, in every dtype.
+TEST_F(SoftmaxLossCudaTest, TopkHitsOnTheGpuAreTheCpus) {
+  Generator gen(6);
+  const int64_t N = 256, C = 1000;
+  // Rounded to a grid of quarters, so that rows hold ties with the target.
+  const Tensor grid = rand({N, C}, gen, kFloat32, cpu_, -4, 4);
+  std::vector<float> values = grid.to_vector<float>();
+  for (float& v : values) v = std::round(4.0f * v) / 4.0f;
+  const Tensor logits = from_vector(values, {N, C}, cpu_);
+  std::vector<int64_t> t(static_cast<size_t>(N));
+  for (size_t n = 0; n < t.size(); ++n) t[n] = static_cast<int64_t>((n * 37) % C);
+  const Tensor target = from_vector(t, {N}, cpu_);
+  for (int64_t k : {1, 5}) {
+    const std::vector<float> want = topk_hits(logits, target, k).to_vector<float>();
+    for (DType dtype : kFloatingDtypes) {
+      const std::vector<float> got = topk_hits(logits.to(dtype).to(gpu_), target.to(gpu_), k).to_vector<float>();
+      EXPECT_EQ(got, want) << "k " << k << ", " << dtype_name(dtype);
+    }
+  }
+}
+
 #endif  // DPTRAIN_HAVE_CUDA
 
 }  // namespace

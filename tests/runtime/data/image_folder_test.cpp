@@ -317,6 +317,29 @@ TEST_F(ImageFolderTest, BadFilesNameTheFileOrAreSkippedAndCounted) {
   EXPECT_NE(lenient.first_skipped().find("1_truncated.jpg"), std::string::npos) << lenient.first_skipped();
 }
 
+// A JPEG whose data is damaged but decodes (bytes before its end marker) is used as decoded, as
+// PIL does, and counted once however often it is loaded, with its path and libjpeg's warning.
+TEST_F(ImageFolderTest, DamagedButDecodableFilesAreUsedAndCounted) {
+  write_jpeg(root / "train" / "a" / "0.jpg", 50, 40, 0);
+  std::vector<uint8_t> damaged = encode_jpeg(pattern(50, 40, 1), 90);
+  damaged.insert(damaged.end() - 2, 16, 0x5A);  // 16 bytes before the end marker (jpeg_test.cpp)
+  write_bytes(root / "train" / "a" / "1_damaged.jpg", damaged);
+  write_jpeg(root / "train" / "b" / "2.jpg", 50, 40, 2);
+  for (bool train : {true, false}) {
+    const ImageFolder data((root / "train").string(), small_transform(train));
+    load(data, 0, 0);
+    EXPECT_EQ(data.files_with_decode_warnings(), 0);
+    EXPECT_EQ(data.first_decode_warning(), "");
+    for (int64_t epoch = 0; epoch < 3; ++epoch)
+      for (int64_t i = 0; i < data.size(); ++i) load(data, i, epoch);
+    EXPECT_EQ(data.files_with_decode_warnings(), 1);
+    const std::string first = data.first_decode_warning();
+    EXPECT_NE(first.find((root / "train" / "a" / "1_damaged.jpg").string() + ": Corrupt JPEG data: "),
+              std::string::npos)
+        << first;
+  }
+}
+
 TEST_F(ImageFolderTest, OtherImageFormatsAreRefusedUnlessSkipping) {
   write_jpeg(root / "train" / "a" / "0.jpg", 30, 30, 0);
   write_bytes(root / "train" / "a" / "1.png", {0x89, 'P', 'N', 'G'});

@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/expect_error.h"
 #include "common/gradcheck.h"
@@ -137,6 +141,88 @@ TEST_F(LossTest, CrossEntropyErrors) {
   EXPECT_ERROR_CONTAINS(cross_entropy(in({3}), targets({0, 1, 2})), "expected logits [N, C]");
   EXPECT_ERROR_CONTAINS(cross_entropy(logits, targets({0, 1, 2}), Reduction::Mean, -100, 1.5),
                         "label_smoothing must be in [0, 1]");
+}
+
+// ---- topk_hits (NOTE [ Top-5 accuracy ] in launch/objectives.h) --------------------------------
+
+// Logits on a grid of 7 values, so that rows hold many ties with their target's logit.
+Tensor grid_logits(int64_t N, int64_t C, std::mt19937& rng, Device cpu, std::vector<float>& values) {
+  std::uniform_int_distribution<int> level(-3, 3);
+  values.resize(static_cast<size_t>(N * C));
+  for (float& v : values) v = 0.5f * static_cast<float>(level(rng));
+  return from_vector<float>(values, {N, C}, cpu);
+}
+
+TEST_F(LossTest, TopkHitsAreTheRowsWithFewerThanKClassesAboveTheTarget) {
+  std::mt19937 rng(5);
+  const int64_t N = 300, C = 37;
+  std::vector<float> values;
+  const Tensor logits = grid_logits(N, C, rng, cpu, values);
+  std::vector<int64_t> t(static_cast<size_t>(N));
+  std::uniform_int_distribution<int64_t> cls(0, C - 1);
+  for (int64_t& v : t) v = cls(rng);
+  for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, C - 1, C, C + 8}) {
+    const std::vector<float> hits = topk_hits(logits, targets(t), k).to_vector<float>();
+    ASSERT_EQ(hits.size(), static_cast<size_t>(N));
+    int64_t total = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const float target_logit = values[static_cast<size_t>(n * C + t[static_cast<size_t>(n)])];
+      int64_t above = 0;
+      for (int64_t c = 0; c < C; ++c) above += values[static_cast<size_t>(n * C + c)] > target_logit;
+      ASSERT_EQ(hits[static_cast<size_t>(n)], above < k ? 1.0f : 0.0f) << "k " << k << ", row " << n;
+      total += above < k;
+    }
+    if (k == 1) {
+      EXPECT_GT(total, 0);
+    }
+    if (k <= 5) {
+      EXPECT_LT(total, N) << "k " << k;  // not vacuous: misses happen
+    }
+    if (k >= C) {
+      EXPECT_EQ(total, N);
+    }
+  }
+}
+
+TEST_F(LossTest, TopkHitsWithoutTiesIsTheArgmaxAccuracyAtK1AndTorchsTopkAt5) {
+  // Distinct logits: top-1 hits are argmax's; top-5 are torch.topk(5)'s membership.
+  const int64_t N = 200, C = 1000;
+  const Tensor logits = in({N, C}, -8, 8);
+  std::mt19937 rng(9);
+  std::vector<int64_t> t(static_cast<size_t>(N));
+  std::uniform_int_distribution<int64_t> cls(0, C - 1);
+  for (size_t n = 0; n < t.size(); ++n) t[n] = n % 3 == 0 ? -1 : cls(rng);  // -1: filled below
+  const std::vector<int64_t> top = argmax(logits, 1).to_vector<int64_t>();
+  for (size_t n = 0; n < t.size(); n += 3) t[n] = top[n];  // a third are argmax hits
+  const std::vector<float> top1 = topk_hits(logits, targets(t), 1).to_vector<float>();
+  for (size_t n = 0; n < t.size(); ++n) ASSERT_EQ(top1[n], t[n] == top[n] ? 1.0f : 0.0f) << n;
+  const std::vector<float> v = logits.to_vector<float>();
+  const std::vector<float> top5 = topk_hits(logits, targets(t), 5).to_vector<float>();
+  for (size_t n = 0; n < t.size(); ++n) {
+    std::vector<std::pair<float, int64_t>> row;
+    for (int64_t c = 0; c < C; ++c) row.emplace_back(-v[n * C + static_cast<size_t>(c)], c);
+    std::partial_sort(row.begin(), row.begin() + 5, row.end());
+    bool in_top5 = false;
+    for (int j = 0; j < 5; ++j) in_top5 |= row[static_cast<size_t>(j)].second == t[n];
+    ASSERT_EQ(top5[n], in_top5 ? 1.0f : 0.0f) << n;
+  }
+}
+
+TEST_F(LossTest, TopkHitsOfLowPrecisionLogitsCompareInFloat32) {
+  std::mt19937 rng(2);
+  std::vector<float> values;
+  const Tensor logits = grid_logits(50, 20, rng, cpu, values);  // the grid is exact in bf16 and f16
+  std::vector<int64_t> t(50);
+  for (size_t n = 0; n < t.size(); ++n) t[n] = static_cast<int64_t>(n % 20);
+  const std::vector<float> want = topk_hits(logits, targets(t), 5).to_vector<float>();
+  for (DType dtype : {kBFloat16, kFloat16, kFloat64})
+    EXPECT_EQ(topk_hits(logits.to(dtype), targets(t), 5).to_vector<float>(), want) << dtype_name(dtype);
+}
+
+TEST_F(LossTest, TopkHitsErrors) {
+  EXPECT_ERROR_CONTAINS(topk_hits(in({4, 6}), targets({0, 1, 2}), 5), "must be [N, C] and [N]");
+  EXPECT_ERROR_CONTAINS(topk_hits(in({4}), targets({0, 1, 2, 3}), 5), "must be [N, C] and [N]");
+  EXPECT_ERROR_CONTAINS(topk_hits(in({4, 6}), targets({0, 1, 2, 3}), 0), "k must be at least 1, got 0");
 }
 
 // ---- PyTorch fixtures ------------------------------------------------------------------------
