@@ -75,6 +75,12 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
   const bool from_init = args.weights.empty() && args.checkpoint.empty();
   const std::string weights = from_init ? recipe.model.init_from : args.weights;
   config.model.init_from.clear();
+  // What shapes only training must not stop an evaluation: the global batch's split over the ranks
+  // (rounded up to a multiple of them), fixed shards, CUDA graphs of the training step.
+  const int64_t ranks = world.group ? world.group->size() : 1;
+  config.data.batch_size = (config.data.batch_size + ranks - 1) / ranks * ranks;
+  config.distributed.shards = 0;
+  config.run.cuda_graphs = false;
 
   std::unique_ptr<TrainingRun> built = build_run(config, runtime, world);  // NOTE [ Run builder ]
   TrainingRun& run = *built;

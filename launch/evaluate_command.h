@@ -16,7 +16,9 @@
 //   the number of ranks and the rest of the recipe may differ from the run that saved it.
 // - Neither: model.init_from of the recipe, if set.
 // Over several ranks each evaluates its shard (the sums are added, as in training) after the
-// model is broadcast from rank 0, whose file is the one named in the output. The result is one
+// model is broadcast from rank 0, whose file is the one named in the output. What shapes only
+// training does not constrain the evaluation: data.batch_size need not divide by the ranks (it
+// is rounded up for the unused training loader), distributed.shards and run.cuda_graphs are off. The result is one
 // line (or with --json one JSON object) on rank 0's standard output; nothing is written to
 // run.output_dir, so evaluating never moves an earlier run's files aside.
 #pragma once

@@ -180,8 +180,9 @@ void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, 
 // overlapping bucket all-reduces with backward, so the optimiser sees the same gradient on
 // every rank and the replicas stay equal. The "comm" phase of the step profile is the exposed
 // communication: the wait in Reducer::finish() after backward. Before evaluating, BatchNorm
-// buffers are made equal (distributed.buffer_sync) and rank 0 evaluates the whole test set; only
-// rank 0 prints and writes files.
+// buffers are made equal (distributed.buffer_sync) and every rank evaluates its share of the test
+// set (evaluate() in training_run.h adds the sums over the ranks); only rank 0 prints and writes
+// files.
 namespace {
 
 // The MLLOG record of one run (NOTE [ MLLOG call order ] in launch/mllog.h): rank 0's logger
