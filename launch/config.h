@@ -147,7 +147,7 @@ struct DataConfig {
   int64_t synthetic_eval_size = 1000;
   // text (BERT pretraining; NOTE [ Token batching ] in runtime/data/token_batching.h):
   std::string vocab;                   // vocab.txt the shards were made with; empty: root/vocab.txt
-  std::string eval_root;               // the evaluation shards; empty: root/eval
+  std::string eval_root;               // the evaluation shards (empty: root/eval) or image folder (root/val)
   std::string batching = "fixed";      // fixed (batch_size rows per global step) | max_tokens
   int64_t max_tokens = 0;              // max_tokens: padded tokens per rank batch
   std::string balance = "sort_and_deal";  // none | sort_and_deal: equal work per rank in every step

@@ -32,6 +32,8 @@ ImageTransformOptions image_transform(const Config& config, bool train) {
 TrainAndEvalData make_datasets(const Config& config) {
   const DataConfig& d = config.data;
   TrainAndEvalData data;
+  DP_CHECK(d.eval_root.empty() || d.dataset == "image_folder" || d.dataset == "text", "data.eval_root is read by ",
+           "data.dataset image_folder and text only; ", d.dataset, " has its own test split (remove the key)");
   if (d.dataset == "fashion_mnist") {
     const Normalization norm{d.mean.at(0), d.std.at(0)};
     data.train = std::make_unique<FashionMnist>(d.root, Split::Train, norm);
@@ -40,7 +42,10 @@ TrainAndEvalData make_datasets(const Config& config) {
     const std::string root = std::filesystem::path(d.root).string();
     auto train = std::make_unique<ImageFolder>(root + "/train", image_transform(config, true), d.skip_bad_files);
     const std::vector<std::string> classes = train->classes();
-    data.eval = std::make_unique<ImageFolder>(root + "/val", image_transform(config, false), d.skip_bad_files, classes);
+    // data.eval_root: another folder of the same classes (a second test set, `dptrain evaluate`'s
+    // robustness sets) instead of root/val.
+    const std::string eval_root = d.eval_root.empty() ? root + "/val" : d.eval_root;
+    data.eval = std::make_unique<ImageFolder>(eval_root, image_transform(config, false), d.skip_bad_files, classes);
     data.train = std::move(train);
   } else if (d.dataset == "synthetic") {
     data.train = std::make_unique<SyntheticImages>(d.synthetic_train_size, config.model.num_classes,

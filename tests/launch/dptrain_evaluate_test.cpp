@@ -174,6 +174,14 @@ TEST_F(Evaluate, DamagedOrUnfittingWeightsAreClearErrors) {
   EXPECT_THAT(r.output, HasSubstr("absent.safetensors"));
 }
 
+TEST_F(Evaluate, AnEvalRootFashionMnistDoesNotReadIsRefused) {
+  const ProgramResult r = evaluate("--weights " + (out() / "model.safetensors").string() +
+                                   " --set data.eval_root=" + out().string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("data.eval_root is read by data.dataset image_folder and text only; "
+                                  "fashion_mnist has its own test split"));
+}
+
 TEST_F(Evaluate, NothingToEvaluateOrNoCheckpointIsSaid) {
   ProgramResult r = evaluate("");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -228,6 +236,14 @@ TEST(Top5Accuracy, IsReportedForMoreThanTenClassesAndEvaluateGivesTheSameFigure)
                                               " --weights " + (dir / "out" / "model.safetensors").string());
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
   EXPECT_THAT(evaluated.output, HasSubstr(top5 + ", ")) << trained.output;
+  EXPECT_THAT(evaluated.output, HasSubstr("evaluation: 240 samples"));
+
+  // data.eval_root: another folder of the same classes (here the training images) instead of val/.
+  const ProgramResult other = run_program(dptrain_binary() + " evaluate --config " + (dir / "c.yaml").string() +
+                                          " --weights " + (dir / "out" / "model.safetensors").string() +
+                                          " --set data.eval_root=" + (dir / "data" / "train").string());
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_THAT(other.output, HasSubstr("evaluation: 600 samples"));
   fs::remove_all(dir);
 }
 
