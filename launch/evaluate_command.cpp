@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -130,25 +131,24 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
     }
     return report;
   }
-  char line[300];
-  std::snprintf(line, sizeof line, "model %s from %s, model digest %s", config.model.name.c_str(),
-                describe_source(report.source, from_checkpoint).c_str(), hex_digest(report.model_digest).c_str());
-  console.line(line);
-  if (text) {
-    std::snprintf(line, sizeof line,
-                  "evaluation: %lld sequences, %lld predicted tokens: test accuracy %.2f %% (loss %.4f), %.1f s, "
-                  "%.1f sequences/s",
-                  static_cast<long long>(report.eval_samples), static_cast<long long>(e.count), 100.0 * e.accuracy,
-                  e.loss, report.seconds, static_cast<double>(report.eval_samples) / report.seconds);
-  } else {
-    char top5[32] = "";
-    if (!std::isnan(e.accuracy_top5)) std::snprintf(top5, sizeof top5, ", top-5 %.2f %%", 100.0 * e.accuracy_top5);
-    std::snprintf(line, sizeof line,
-                  "evaluation: %lld samples: test accuracy %.2f %% (loss %.4f)%s, %.1f s, %.1f samples/s",
-                  static_cast<long long>(report.eval_samples), 100.0 * e.accuracy, e.loss, top5, report.seconds,
-                  static_cast<double>(report.eval_samples) / report.seconds);
-  }
-  console.line(line);
+  // (Paths may be long: streams, not fixed buffers.)
+  console.line("model " + config.model.name + " from " + describe_source(report.source, from_checkpoint) +
+               ", model digest " + hex_digest(report.model_digest));
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << "evaluation: " << report.eval_samples << (text ? " sequences, " + std::to_string(static_cast<int64_t>(e.count)) +
+                                                            " predicted tokens"
+                                                      : std::string(" samples"))
+     << ": test accuracy " << 100.0 * e.accuracy << " %";
+  os.precision(4);
+  os << " (loss " << e.loss << ")";
+  os.precision(2);
+  if (!std::isnan(e.accuracy_top5)) os << ", top-5 " << 100.0 * e.accuracy_top5 << " %";
+  os.precision(1);
+  os << ", " << report.seconds << " s, " << static_cast<double>(report.eval_samples) / report.seconds
+     << (text ? " sequences/s" : " samples/s");
+  console.line(os.str());
   return report;
 }
 
