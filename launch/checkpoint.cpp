@@ -113,7 +113,8 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
     nlohmann::json files = nlohmann::json::object();
     for (const auto& [file, tensors] : {std::pair{kModelFile, &checkpoint.model}, std::pair{kStateFile, &checkpoint.state}}) {
       const std::string path = (fs::path(tmp) / file).string();
-      save_tensors(path, *tensors);  // fsynced (write_safetensors)
+      save_tensors(path, *tensors, tensors == &checkpoint.model ? checkpoint.model_metadata
+                                                                  : std::map<std::string, std::string>{});  // fsynced
       const auto [size, digest] = size_and_digest(path);
       files[file] = {{"bytes", size}, {"fnv1a64", hex_digest(digest)}};
     }

@@ -48,6 +48,9 @@ struct Checkpoint {
   std::map<std::string, std::string> facts;  // free-form, e.g. the model's name (kept in the manifest)
   NamedTensorList model;  // model.safetensors
   NamedTensorList state;  // state.safetensors
+  // model.safetensors' own metadata (its model's digest: the file stays checkable when it is used
+  // alone, as model.init_from or `dptrain evaluate --weights`); not read back by load_checkpoint.
+  std::map<std::string, std::string> model_metadata;
 };
 
 // Writes `checkpoint` as <checkpoints_dir>/step_<N> (N = position.step, zero-padded to 9

@@ -75,10 +75,16 @@ std::variant<CliArgs, int> parse_cli(int argc, const char* const* argv) {
                   "and ranks), nothing trained or written: --config RECIPE --weights FILE | --checkpoint DIR|auto");
   // --config and --set may follow the subcommand's name too.
   eval_app->fallthrough();
+  // An empty value (an unset shell variable) must not fall back to other weights.
+  const auto not_empty = [](const std::string& value) {
+    return value.empty() ? std::string("an empty path (an unset shell variable?)") : std::string();
+  };
   CLI::Option* weights_option = eval_app->add_option(
-      "--weights", evaluate.weights, "A safetensors weights file (a run's run.weights_file, or torchvision's names)");
+      "--weights", evaluate.weights, "A safetensors weights file (a run's run.weights_file, or torchvision's names)")
+      ->check(not_empty);
   eval_app->add_option("--checkpoint", evaluate.checkpoint,
                        "A checkpoint directory, or auto (the newest under run.output_dir/checkpoints)")
+      ->check(not_empty)
       ->excludes(weights_option);
   eval_app->add_flag("--json", evaluate.json, "Print the result as one JSON object");
   eval_app->excludes(print)->excludes(resume_option);

@@ -103,16 +103,38 @@ text::MlmMaskingOptions mlm_masking_options(const Config& config, int max_seq_le
   return o;
 }
 
-std::pair<int64_t, std::string> skipped_files(const Dataset& data) {
-  if (const auto* folder = dynamic_cast<const ImageFolder*>(&data))
-    return {folder->skipped_files(), folder->first_skipped()};
-  return {0, ""};
+FileReport file_report(const Dataset& data, int64_t epoch) {
+  FileReport r;
+  if (const auto* folder = dynamic_cast<const ImageFolder*>(&data)) {
+    r.skipped = folder->skipped_files(epoch);
+    r.warned = folder->files_with_decode_warnings(epoch);
+    r.first_skipped = folder->first_skipped();
+    r.first_warned = folder->first_decode_warning();
+  }
+  return r;
 }
 
-std::pair<int64_t, std::string> decode_warnings(const Dataset& data) {
-  if (const auto* folder = dynamic_cast<const ImageFolder*>(&data))
-    return {folder->files_with_decode_warnings(), folder->first_decode_warning()};
-  return {0, ""};
+std::vector<std::string> describe_file_reports(const FileReport& train, const FileReport& test,
+                                               const FileReport& train_total, const FileReport& test_total) {
+  // The first such file this process met in the counted loads (training's, else the test set's),
+  // or where they are.
+  auto first = [](int64_t train_count, const std::string& train_first, int64_t test_count,
+                  const std::string& test_first) {
+    if (train_count > 0) return "the first: " + train_first;
+    if (test_count > 0) return "the first: " + test_first;
+    return std::string("all in other ranks' shards (a run on one process names them)");
+  };
+  std::vector<std::string> lines;
+  if (train_total.skipped > 0 || test_total.skipped > 0)
+    lines.push_back(detail::concat("unreadable files skipped (data.skip_bad_files): ", train_total.skipped,
+                                   " training this epoch, ", test_total.skipped, " test; ",
+                                   first(train.skipped, train.first_skipped, test.skipped, test.first_skipped)));
+  // Damaged JPEGs that still decode are used as decoded, as PIL does, but not without a word.
+  if (train_total.warned > 0 || test_total.warned > 0)
+    lines.push_back(detail::concat("JPEG files decoded with a libjpeg warning (damaged data, used as decoded, as "
+                                   "PIL does): ", train_total.warned, " training this epoch, ", test_total.warned,
+                                   " test; ", first(train.warned, train.first_warned, test.warned, test.first_warned)));
+  return lines;
 }
 
 }  // namespace dp

@@ -28,12 +28,20 @@ struct TrainAndEvalData {
 // run.seed. Augmentation draws from run.seed. Throws dp::Error naming the key or the file.
 TrainAndEvalData make_datasets(const Config& config);
 
-// Files skipped so far as unreadable (data.skip_bad_files) in `data`, with the first one's
-// reason; {0, ""} for datasets that read no files.
-std::pair<int64_t, std::string> skipped_files(const Dataset& data);
-// An image folder's files decoded with a libjpeg warning so far and the first one's path and
-// warning (ImageFolder::files_with_decode_warnings); {0, ""} for other datasets.
-std::pair<int64_t, std::string> decode_warnings(const Dataset& data);
+// What an image folder's files gave in one epoch of its loader (the evaluation set's loads all
+// use epoch 0, so its counts are those of every evaluation so far): files skipped as unreadable
+// (data.skip_bad_files) and files decoded with a libjpeg warning (damaged data used as decoded),
+// with this process's first of each; zeros for datasets that read no files.
+struct FileReport {
+  int64_t skipped = 0, warned = 0;
+  std::string first_skipped, first_warned;
+};
+FileReport file_report(const Dataset& data, int64_t epoch);
+
+// The lines a run says of its files' troubles, given every rank's counts added up (`train` and
+// `test`: this rank's, for the first files' names; `*_total`: over the ranks). Empty when none.
+std::vector<std::string> describe_file_reports(const FileReport& train, const FileReport& test,
+                                               const FileReport& train_total, const FileReport& test_total);
 
 // The masked-LM options of the data section (max_predictions 0: ceil(mask_prob x max_seq_length)).
 text::MlmMaskingOptions mlm_masking_options(const Config& config, int max_seq_length);

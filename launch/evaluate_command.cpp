@@ -21,18 +21,21 @@ namespace dp {
 
 namespace {
 
-// --checkpoint: the model of a checkpoint directory (auto: the newest under the recipe's
-// checkpoints folder); returns the directory.
-std::string load_checkpoint_model(const Config& config, const std::string& wanted, TrainingRun& run) {
-  std::string dir = wanted;
-  if (wanted == "auto") {
-    const std::vector<std::string> all = list_checkpoints(checkpoints_dir(config));
-    DP_CHECK(!all.empty(), "--checkpoint auto: no complete checkpoint under ", checkpoints_dir(config),
-             " (run.output_dir ", config.run.output_dir, "); name a checkpoint directory or a weights file");
-    dir = all.back();
+// --checkpoint's directory: auto is the newest complete one under the recipe's checkpoints folder.
+std::string resolve_checkpoint(const Config& config, const std::string& wanted) {
+  if (wanted != "auto") {
+    DP_CHECK(std::filesystem::is_directory(wanted), "--checkpoint: '", wanted, "' is not a checkpoint directory (a ",
+             "step_<N> folder under <run.output_dir>/checkpoints; for a weights file use --weights)");
+    return wanted;
   }
-  DP_CHECK(std::filesystem::is_directory(dir), "--checkpoint: '", dir, "' is not a checkpoint directory (a ",
-           "step_<N> folder under <run.output_dir>/checkpoints; for a weights file use --weights)");
+  const std::vector<std::string> all = list_checkpoints(checkpoints_dir(config));
+  DP_CHECK(!all.empty(), "--checkpoint auto: no complete checkpoint under ", checkpoints_dir(config),
+           " (run.output_dir ", config.run.output_dir, "); name a checkpoint directory or a weights file");
+  return all.back();
+}
+
+// --checkpoint: the model of a checkpoint directory into the run's model.
+void load_checkpoint_model(const Config& config, const std::string& dir, TrainingRun& run) {
   Checkpoint checkpoint;
   try {
     checkpoint = load_checkpoint(dir, run.cpu);
@@ -44,17 +47,18 @@ std::string load_checkpoint_model(const Config& config, const std::string& wante
     return it == checkpoint.facts.end() ? std::string() : it->second;
   };
   const std::string model = fact("model"), classes = fact("num_classes");
-  DP_CHECK((model.empty() || model == config.model.name) &&
-               (classes.empty() || classes == std::to_string(config.model.num_classes)),
-           "--checkpoint: ", dir, " holds model ", model, " with ", classes, " classes; the recipe builds model ",
-           config.model.name, " with ", config.model.num_classes, " classes (evaluate it with its own recipe)");
+  const bool fits = (model.empty() || model == config.model.name) &&
+                    (classes.empty() || model == "bert" || classes == std::to_string(config.model.num_classes));
+  DP_CHECK(fits, "--checkpoint: ", dir, " holds model ", model, model == "bert" ? "" : " with " + classes + " classes",
+           "; the recipe builds model ", config.model.name,
+           config.model.name == "bert" ? "" : detail::concat(" with ", config.model.num_classes, " classes"),
+           " (evaluate it with its own recipe)");
   try {
     run.model->load_state_dict(checkpoint.model);
   } catch (const Error& e) {
     throw Error(detail::concat("--checkpoint: ", dir, " does not fit the recipe's model ", config.model.name, ": ",
                                e.what()));
   }
-  return dir;
 }
 
 std::string describe_source(const std::string& source, bool checkpoint) {
@@ -76,26 +80,47 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
   const bool from_init = args.weights.empty() && args.checkpoint.empty();
   const std::string weights = from_init ? recipe.model.init_from : args.weights;
   config.model.init_from.clear();
-  // What shapes only training must not stop an evaluation: the global batch's split over the ranks
-  // (rounded up to a multiple of them), fixed shards, CUDA graphs of the training step.
+  // What shapes only training must not stop an evaluation (the run is built whole, training loader
+  // included): the global batch's split over the ranks (a small batch, a multiple of them, keeps
+  // the unused loader's pinned slots small), drop_last, fixed shards, the schedule's fit to the
+  // run, CUDA graphs of the training step.
   const int64_t ranks = world.group ? world.group->size() : 1;
-  config.data.batch_size = (config.data.batch_size + ranks - 1) / ranks * ranks;
+  const int rank = world.group ? world.group->rank() : 0;
+  config.data.batch_size = ranks;
+  config.data.drop_last = false;
   config.distributed.shards = 0;
+  config.schedule = ScheduleConfig{};
   config.run.cuda_graphs = false;
+  // Rank 0 reads the weights (they are broadcast): found missing before the run is built.
+  std::string checkpoint_dir;
+  if (rank == 0) {
+    if (!args.checkpoint.empty()) checkpoint_dir = resolve_checkpoint(config, args.checkpoint);
+    if (args.checkpoint.empty()) {
+      const std::string option = from_init ? "model.init_from" : "--weights";
+      DP_CHECK(!std::filesystem::is_directory(weights), option, ": '", weights, "' is a directory, not a weights ",
+               "file", std::filesystem::exists(std::filesystem::path(weights) / "checkpoint.json")
+                   ? " (a checkpoint: evaluate it with --checkpoint " + weights + ")" : std::string());
+      DP_CHECK(std::filesystem::exists(weights), option, ": '", weights, "' does not exist");
+    }
+  }
 
   std::unique_ptr<TrainingRun> built = build_run(config, runtime, world);  // NOTE [ Run builder ]
   TrainingRun& run = *built;
   EvaluateReport report;
   const bool from_checkpoint = !args.checkpoint.empty();
-  if (from_checkpoint) {
-    report.source = load_checkpoint_model(config, args.checkpoint, run);
-  } else {
-    load_model_weights(*run.model, weights, run.cpu, from_init ? "model.init_from" : "--weights",
-                       detail::concat("the recipe's model ", config.model.name, " with ", config.model.num_classes,
-                                      " classes"));
-    report.source = weights;
+  // Rank 0 reads the weights and every rank evaluates them: a file only rank 0's node has will do.
+  report.source = from_checkpoint ? checkpoint_dir : weights;
+  if (rank == 0) {
+    if (from_checkpoint) {
+      load_checkpoint_model(config, checkpoint_dir, run);
+    } else {
+      const std::string model = config.model.name == "bert"
+                                    ? "the recipe's model bert " + config.model.size
+                                    : detail::concat("the recipe's model ", config.model.name, " with ",
+                                                     config.model.num_classes, " classes");
+      load_model_weights(*run.model, weights, run.cpu, from_init ? "model.init_from" : "--weights", model);
+    }
   }
-  // Rank 0's file is the one reported: every rank evaluates its weights.
   if (run.world_size > 1) broadcast_model_from_rank0(*run.model, *run.model_group);
   report.model_digest = model_digest(*run.model, run.cpu);
   report.eval_samples = run.eval_set().size();
@@ -106,6 +131,9 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
     report.evaluation = evaluate(run);
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Test files skipped (data.skip_bad_files) or damaged but decoded: every rank's shard counted.
+  const FileReport files = file_report(run.eval_set(), 0);
+  report.files = add_file_reports_over_ranks(run, files);
 
   const Evaluation& e = report.evaluation;
   const bool text = run.plan.token_batching;
@@ -122,6 +150,8 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
           {"accuracy_top5", std::isnan(e.accuracy_top5) ? nlohmann::json() : nlohmann::json(e.accuracy_top5)},
           {"samples", report.eval_samples},
           {text ? "predicted_tokens" : "count", static_cast<int64_t>(e.count)},
+          {"skipped_files", report.files.skipped},
+          {"decode_warnings", report.files.warned},
           {"seconds", report.seconds},
           {"device", run.device.str()},
           {"precision", config.run.precision},
@@ -149,6 +179,15 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
   os << ", " << report.seconds << " s, " << static_cast<double>(report.eval_samples) / report.seconds
      << (text ? " sequences/s" : " samples/s");
   console.line(os.str());
+  if (report.files.skipped > 0 || report.files.warned > 0) {
+    const std::string first = files.skipped > 0  ? "the first unreadable: " + files.first_skipped
+                              : files.warned > 0 ? "the first damaged: " + files.first_warned
+                                                 : "all in other ranks' shards (one process names them)";
+    console.line(detail::concat("  test files: ", report.files.skipped, " skipped as unreadable (data.skip_bad_files: ",
+                                "replaced by the next readable ones), ", report.files.warned,
+                                " decoded with a libjpeg warning (damaged data, used as decoded, as PIL does); ",
+                                first));
+  }
   return report;
 }
 

@@ -27,6 +27,7 @@
 
 #include "launch/config.h"
 #include "launch/console.h"
+#include "launch/datasets.h"
 #include "launch/training_run.h"
 #include "runtime/core/runtime.h"
 
@@ -44,6 +45,7 @@ struct EvaluateReport {
   Evaluation evaluation;
   int64_t eval_samples = 0;  // the evaluation set's size (sequences for text)
   double seconds = 0;        // the evaluation alone, loading excluded
+  FileReport files;          // test files skipped or damaged, over all ranks (launch/datasets.h)
 };
 
 // Builds the run, loads the weights, evaluates; prints the result on `console` (rank 0's; with

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -158,6 +160,9 @@ int main(int argc, char** argv) {
         console.line(std::string("dptrain ") + dp::kDptrainVersion + " evaluate — " + args.config_path + " on " +
                      device + (world_size > 1 ? ", " + std::to_string(world_size) + " ranks" : ""));
       dp::run_evaluate(config, runtime, console, rank == 0 ? stdout : nullptr, run_world, *evaluate);
+      // The result is the command's product: a full disk or a closed pipe must not pass for success.
+      DP_CHECK(rank != 0 || (std::fflush(stdout) == 0 && !std::ferror(stdout)),
+               "evaluate: writing the result to standard output failed: ", std::strerror(errno));
       batch_norm_group.reset();
       group.reset();
       gpu_group.reset();

@@ -24,11 +24,13 @@ struct EvalSums {
 
 // NOTE [ Top-5 accuracy ]
 // ImageNet results are quoted as top-1 and top-5 accuracy (torchvision's reference prints Acc@1
-// and Acc@5), so a classification run whose model has more than kTop5MinClasses classes counts
+// and Acc@5), so a classification run whose model has more than kTop5AboveClasses classes counts
 // top-5 hits too, on the device beside the top-1 ones: the epoch and evaluation lines, their
 // metrics records (`test_accuracy_top5`) and `dptrain evaluate` report it. With 10 classes or
-// fewer five guesses say little, and it is left out. MLPerf's quality target stays top-1.
-inline constexpr int64_t kTop5MinClasses = 10;
+// fewer five guesses say little, and it is left out. MLPerf's quality target stays top-1. Ties
+// rank in class order and NaN logits first (topk_hits in runtime/ops/loss.h), so a model whose
+// logits are all equal or NaN scores what it deserves, not 100 %.
+inline constexpr int64_t kTop5AboveClasses = 10;
 
 class Objective {
  public:
@@ -45,12 +47,12 @@ class ClassificationObjective final : public Objective {
  public:
   // input_format: the memory format of the model's input (run.channels_last), which a conv
   // net's activations keep from there (NOTE [ Channels-last ]).
-  // num_classes: the model's outputs (more than kTop5MinClasses: top-5 is counted).
+  // num_classes: the model's outputs (more than kTop5AboveClasses: top-5 is counted).
   ClassificationObjective(const ClassificationDataset& train, const ClassificationDataset& eval,
                           double label_smoothing, MemoryFormat input_format = MemoryFormat::Contiguous,
                           int64_t num_classes = 0)
       : train_(train), eval_(eval), label_smoothing_(label_smoothing), input_format_(input_format),
-        top5_(num_classes > kTop5MinClasses) {}
+        top5_(num_classes > kTop5AboveClasses) {}
   // The mean cross-entropy over the batch.
   Tensor training_loss(nn::Module& model, const Batch& batch) const override;
   EvalSums eval_sums(nn::Module& model, const Batch& batch) const override;

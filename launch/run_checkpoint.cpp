@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/ops/creation.h"
 
 namespace dp {
@@ -96,6 +97,12 @@ Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const Chec
              {"optimizer", config.optimizer.name},
              {kConfigFact, resume_relevant_config(config)}};
   c.model = nn::without_tied_duplicates(run.model->state_dict());  // BERT's decoder is its word embedding
+  // As run.weights_file's: load_model_weights checks a file used alone against it.
+  c.model_metadata = {{"format", "dptrain model weights"},
+                      {"model", config.model.name},
+                      {"num_classes", std::to_string(config.model.num_classes)},
+                      {"steps", std::to_string(position.step)},
+                      {"model_digest", hex_digest(model_digest(*run.model, run.cpu))}};
   for (const auto& [name, t] : run.optimizer->state_dict()) c.state.emplace_back("optimizer." + name, t);
   for (const auto& [name, t] : run.scaler->state_dict()) c.state.emplace_back("scaler." + name, t);
   c.state.emplace_back("clock.steps", scalar_tensor(static_cast<double>(run.clock->steps()), kInt64, run.cpu));

@@ -462,18 +462,12 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
     tokens = batches->epoch_stats(e.epoch - 1);
     console.line("  token batching: " + describe(*tokens));
   }
-  // data.skip_bad_files: this rank's count (each rank reads its own shard's files).
-  const auto [skipped, first_skipped] = skipped_files(run.train_set());
-  if (skipped > 0)
-    console.line("  " + std::to_string(skipped) + " unreadable training file(s) skipped so far (data.skip_bad_files), "
-                 "the first: " + first_skipped);
-  // Damaged JPEGs that still decode are used as decoded, as PIL does, but not without a word.
-  const auto [warned, first_warned] = decode_warnings(run.train_set());
-  const auto [eval_warned, first_eval_warned] = decode_warnings(run.eval_set());
-  if (warned > 0 || eval_warned > 0)
-    console.line("  JPEG files decoded with a libjpeg warning so far (damaged data, used as decoded, as PIL does): " +
-                 std::to_string(warned) + " training, " + std::to_string(eval_warned) + " test; the first: " +
-                 (warned > 0 ? first_warned : first_eval_warned));
+  // Image files skipped or damaged: every rank's shard counted (sum_over_ranks, on every rank).
+  const FileReport train_files = file_report(run.train_set(), e.epoch - 1), test_files = file_report(run.eval_set(), 0);
+  const FileReport train_total = add_file_reports_over_ranks(run, train_files),
+                   test_total = add_file_reports_over_ranks(run, test_files);
+  for (const std::string& line : describe_file_reports(train_files, test_files, train_total, test_total))
+    console.line("  " + line);
   if (reached_target) {
     std::ostringstream t;
     t.setf(std::ios::fixed);
@@ -491,8 +485,10 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
       rec["test_loss"] = e.test_loss;
       if (!std::isnan(e.test_accuracy_top5)) rec["test_accuracy_top5"] = e.test_accuracy_top5;
     }
-    if (skipped > 0) rec["skipped_files"] = skipped;
-    if (warned > 0 || eval_warned > 0) rec["decode_warnings"] = {{"train", warned}, {"test", eval_warned}};
+    if (train_total.skipped > 0 || test_total.skipped > 0)
+      rec["skipped_files"] = {{"train", train_total.skipped}, {"test", test_total.skipped}};
+    if (train_total.warned > 0 || test_total.warned > 0)
+      rec["decode_warnings"] = {{"train", train_total.warned}, {"test", test_total.warned}};
     if (tokens) {
       nlohmann::json sizes = nlohmann::json::object(), lengths = nlohmann::json::object();
       for (const auto& [rows, count] : tokens->batch_sizes) sizes[std::to_string(rows)] = count;

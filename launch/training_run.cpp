@@ -588,6 +588,15 @@ Evaluation evaluate(TrainingRun& run) {
   return e;
 }
 
+FileReport add_file_reports_over_ranks(const TrainingRun& run, const FileReport& mine) {
+  const std::vector<double> totals = sum_over_ranks(
+      run.group, {static_cast<double>(mine.skipped), static_cast<double>(mine.warned)}, run.cpu);
+  FileReport all = mine;
+  all.skipped = static_cast<int64_t>(totals[0]);
+  all.warned = static_cast<int64_t>(totals[1]);
+  return all;
+}
+
 uint64_t model_digest(nn::Module& model, Device cpu) {
   Fnv1a digest;
   auto add = [&](const auto& named) {

@@ -147,6 +147,9 @@ StepStats train_step(TrainingRun& run, const Batch& batch, StepProfiler& profile
 // themselves for one process. Every rank must call it at the same point.
 std::vector<double> sum_over_ranks(ProcessGroup* group, std::vector<double> values, Device cpu);
 
+// `mine` with its counts added over the run's ranks (every rank must call it at the same point).
+FileReport add_file_reports_over_ranks(const TrainingRun& run, const FileReport& mine);
+
 // Loss and accuracy over the evaluation set, NaN when not evaluated.
 struct Evaluation {
   double loss = std::numeric_limits<double>::quiet_NaN();

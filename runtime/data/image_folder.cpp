@@ -312,6 +312,7 @@ void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
     std::lock_guard lock(warned_mutex_);
     if (warned_.empty()) first_warning_ = file + ": " + warning;
     warned_.insert(index);
+    warned_in_epoch_[epoch].insert(index);
   }
 }
 
@@ -324,6 +325,7 @@ int64_t ImageFolder::fill_sample(int64_t index, int64_t epoch, uint8_t* image) c
     if (any_skipped_.load(std::memory_order_relaxed)) {
       std::lock_guard lock(skipped_mutex_);
       if (skipped_.count(index)) {
+        skipped_in_epoch_[epoch].insert(index);
         index = (index + 1) % size();
         continue;
       }
@@ -336,6 +338,7 @@ int64_t ImageFolder::fill_sample(int64_t index, int64_t epoch, uint8_t* image) c
       std::lock_guard lock(skipped_mutex_);
       if (skipped_.empty()) first_skipped_ = e.what();
       skipped_.insert(index);
+      skipped_in_epoch_[epoch].insert(index);
       any_skipped_.store(true, std::memory_order_relaxed);
     }
     index = (index + 1) % size();
@@ -347,6 +350,12 @@ int64_t ImageFolder::skipped_files() const {
   return static_cast<int64_t>(skipped_.size());
 }
 
+int64_t ImageFolder::skipped_files(int64_t epoch) const {
+  std::lock_guard lock(skipped_mutex_);
+  const auto it = skipped_in_epoch_.find(epoch);
+  return it == skipped_in_epoch_.end() ? 0 : static_cast<int64_t>(it->second.size());
+}
+
 std::string ImageFolder::first_skipped() const {
   std::lock_guard lock(skipped_mutex_);
   return first_skipped_;
@@ -355,6 +364,12 @@ std::string ImageFolder::first_skipped() const {
 int64_t ImageFolder::files_with_decode_warnings() const {
   std::lock_guard lock(warned_mutex_);
   return static_cast<int64_t>(warned_.size());
+}
+
+int64_t ImageFolder::files_with_decode_warnings(int64_t epoch) const {
+  std::lock_guard lock(warned_mutex_);
+  const auto it = warned_in_epoch_.find(epoch);
+  return it == warned_in_epoch_.end() ? 0 : static_cast<int64_t>(it->second.size());
 }
 
 std::string ImageFolder::first_decode_warning() const {

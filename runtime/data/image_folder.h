@@ -99,12 +99,17 @@ class ImageFolder final : public RgbImageDataset {
   // Throws naming the file when it cannot be read or decoded (whatever skip_bad_files says).
   void load(int64_t index, int64_t epoch, uint8_t* out) const;
 
-  // Distinct files skipped so far (skip_bad_files) and the first one's reason.
+  // Distinct files skipped so far (skip_bad_files), those met in `epoch` (the epoch load() and
+  // fill_batch() were given), and the first one's reason.
   int64_t skipped_files() const;
+  int64_t skipped_files(int64_t epoch) const;
   std::string first_skipped() const;
-  // Distinct files decoded so far with a libjpeg warning (damaged data that still decodes, used
-  // as decoded, as PIL does: JpegDecoder::decode), and the first one's path and warning.
+  // Distinct files decoded with a libjpeg warning (damaged data that still decodes, used as
+  // decoded, as PIL does: JpegDecoder::decode) so far and in `epoch`, and the first one's path
+  // and warning. (Per epoch, the counts of a data-parallel run's ranks add up: within an epoch
+  // each rank loads its own shard.)
   int64_t files_with_decode_warnings() const;
+  int64_t files_with_decode_warnings(int64_t epoch) const;
   std::string first_decode_warning() const;
   // Files with an image extension other than .jpg/.jpeg: not decoded, so never part of the set.
   int64_t ignored_files() const { return ignored_files_; }
@@ -128,8 +133,10 @@ class ImageFolder final : public RgbImageDataset {
   mutable std::set<int64_t> skipped_;
   mutable std::string first_skipped_;
   mutable std::atomic<bool> any_skipped_{false};
+  mutable std::map<int64_t, std::set<int64_t>> skipped_in_epoch_;  // epoch -> indices (skipped_mutex_)
   mutable std::mutex warned_mutex_;
   mutable std::set<int64_t> warned_;
+  mutable std::map<int64_t, std::set<int64_t>> warned_in_epoch_;
   mutable std::string first_warning_;
 };
 

@@ -8,6 +8,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/ops/creation.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/embedding.h"
 #include "runtime/ops/reduce.h"
 
 namespace dp {
@@ -150,19 +151,31 @@ Tensor topk_hits(const Tensor& logits_in, const Tensor& target, int64_t k) {
   DP_CHECK(k >= 1, "topk_hits: k must be at least 1, got ", k);
   NoGradGuard no_grad;
   AutocastGuard full_precision(kFloat32);  // (a comparison: float32 whatever the run's precision)
-  const int64_t C = logits_in.size(1);
-  // Composed of pointwise ops and one row sum, so every backend runs it with the kernels it has:
-  // a > t is relu(a - t) != 0 (exact: the difference of two distinct floats is never 0).
+  const int64_t N = logits_in.size(0), C = logits_in.size(1);
+  const Device device = logits_in.device();
+  // Composed of existing ops (a gather, pointwise ops, one row sum), so every backend runs it with
+  // kernels it already has. The target's rank is the number of classes ordered before it in
+  // torch's descending sort: a larger logit, a NaN (NaN sorts first), or an equal logit at a lower
+  // class index (as argmax, which takes the first maximum: top-1 hits are argmax's).
   const Tensor logits = logits_in.to(kFloat32);
-  const Tensor classes = arange(0, static_cast<double>(C), 1, kFloat32, logits.device()).reshape({1, C});
-  const Tensor one_hot = equal(classes, target.to(kFloat32).reshape({-1, 1}));              // [N, C]
-  const Tensor target_logit = sum(mul(logits, one_hot), {1}, /*keepdim=*/true);             // [N, 1]
-  const Tensor not_above = equal(relu(sub(logits, target_logit)), zeros({}, kFloat32, logits.device()));
-  const Tensor above = sub(full({}, static_cast<double>(C), kFloat32, logits.device()), sum(not_above, {1}));  // [N]
-  Tensor hits = zeros({logits.size(0)}, kFloat32, logits.device());
+  const Tensor row_start = mul(arange(0, static_cast<double>(N), 1, kFloat64, device), static_cast<double>(C));
+  const Tensor flat_index = add(row_start, target.to(kFloat64)).to(kInt64);
+  const Tensor target_logit = embedding(flat_index, logits.reshape({N * C, 1}));  // [N, 1], gathered: exact
+  const Tensor zero = zeros({}, kFloat32, device), one = ones({}, kFloat32, device);
+  auto is_not = [&](const Tensor& mask) { return sub(one, mask); };
+  // a > t as relu(a - t) != 0: the difference of two distinct floats is never 0, and a NaN
+  // difference gives relu 0 (not above; NaNs are counted apart).
+  const Tensor above = is_not(equal(relu(sub(logits, target_logit)), zero));
+  const Tensor nan = is_not(equal(logits, logits));
+  const Tensor classes = arange(0, static_cast<double>(C), 1, kFloat32, device).reshape({1, C});
+  const Tensor lower_index = is_not(equal(relu(sub(target.to(kFloat32).reshape({N, 1}), classes)), zero));
+  const Tensor tied_before = mul(equal(logits, target_logit), lower_index);
+  const Tensor before = sum(add(add(above, nan), tied_before), {1});  // [N]
+  Tensor hits = zeros({N}, kFloat32, device);
   for (int64_t j = 0; j < std::min(k, C); ++j)
-    hits = add(hits, equal(above, full({}, static_cast<double>(j), kFloat32, logits.device())));
-  return hits;
+    hits = add(hits, equal(before, full({}, static_cast<double>(j), kFloat32, device)));
+  // A NaN target logit is never a hit (it counts itself as before it, but k may exceed that).
+  return mul(hits, equal(target_logit.reshape({N}), target_logit.reshape({N})));
 }
 
 }  // namespace dp

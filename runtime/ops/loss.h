@@ -20,9 +20,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
                      int64_t ignore_index = -100, double label_smoothing = 0.0);
 
 // Top-k accuracy's hits: logits [N, C], target int64 [N] in [0, C); float32 [N], 1 where fewer
-// than k classes have a logit strictly above the target's, else 0 (a class tied with the target
-// never pushes it out, where torch.topk would pick among the tied). Not differentiable. k = 1 is
-// argmax's accuracy but for ties.
+// than k classes come before the target in a descending sort, else 0. Before it: a larger logit,
+// a NaN (NaN sorts first, as in torch.sort), or an equal logit at a lower class index (ties in
+// index order, as a stable sort and argmax: k = 1 is argmax's accuracy). A NaN target logit is
+// never a hit. Not differentiable.
 Tensor topk_hits(const Tensor& logits, const Tensor& target, int64_t k);
 
 }  // namespace dp

@@ -49,6 +49,9 @@ TEST(Cli, EvaluateRefusesTwoSourcesAResumeAndAMissingRecipe) {
   EXPECT_NE(std::get<int>(parse({"evaluate", "--config", "a.yaml", "--weights", "w", "--checkpoint", "auto"})), 0);
   EXPECT_NE(std::get<int>(parse({"evaluate", "--config", "a.yaml", "--weights", "w", "--resume", "auto"})), 0);
   EXPECT_NE(std::get<int>(parse({"evaluate", "--weights", "w"})), 0);  // --config missing
+  // An empty value (an unset shell variable) is refused, not taken as "no option".
+  EXPECT_NE(std::get<int>(parse({"evaluate", "--config", "a.yaml", "--weights", ""})), 0);
+  EXPECT_NE(std::get<int>(parse({"evaluate", "--config", "a.yaml", "--checkpoint", ""})), 0);
 }
 
 TEST(Cli, HelpExitsZero) {

@@ -101,7 +101,8 @@ TEST_F(Evaluate, ACheckpointGivesItsStepsModel) {
   EXPECT_EQ(model_digest(newest.output), model_digest(trained_->output));
   EXPECT_EQ(test_accuracy(newest.output), test_accuracy(trained_->output));
 
-  // The older one is another model; its model.safetensors (no recorded digest) loads as weights too.
+  // The older one is another model; its model.safetensors (with its model's digest) loads as
+  // weights too.
   const fs::path older = out() / "checkpoints" / "step_000000006";
   const ProgramResult r = evaluate("--checkpoint " + older.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -110,6 +111,38 @@ TEST_F(Evaluate, ACheckpointGivesItsStepsModel) {
   ASSERT_EQ(weights.exit_code, 0) << weights.output;
   EXPECT_EQ(model_digest(weights.output), model_digest(r.output));
   EXPECT_EQ(test_loss_text(weights.output), test_loss_text(r.output));
+  EXPECT_THAT(dp::testing::read_text_file(older / "model.safetensors"),
+              HasSubstr("\"model_digest\":\"" + model_digest(r.output) + "\""));
+
+  // A checkpoint directory given as --weights is named for what it is.
+  const ProgramResult directory = evaluate("--weights " + older.string());
+  EXPECT_EQ(directory.exit_code, 1) << directory.output;
+  EXPECT_THAT(directory.output, HasSubstr("is a directory, not a weights file (a checkpoint: evaluate it with "
+                                          "--checkpoint " + older.string() + ")"));
+}
+
+// One bit of a checkpoint's model file flipped: refused as --weights (its recorded digest) and as
+// --checkpoint (the manifest's file digest).
+TEST_F(Evaluate, ADamagedCheckpointModelIsRefusedEitherWay) {
+  const fs::path copy = *dir_ / "damaged_checkpoint";
+  fs::remove_all(copy);
+  fs::copy(out() / "checkpoints" / "step_000000006", copy);
+  {
+    std::fstream f(copy / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-4, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-4, std::ios::end);
+    c = static_cast<char>(c ^ 4);
+    f.write(&c, 1);
+  }
+  const ProgramResult weights = evaluate("--weights " + (copy / "model.safetensors").string());
+  EXPECT_EQ(weights.exit_code, 1) << weights.output;
+  EXPECT_THAT(weights.output, HasSubstr("records model digest"));
+  const ProgramResult checkpoint = evaluate("--checkpoint " + copy.string());
+  EXPECT_EQ(checkpoint.exit_code, 1) << checkpoint.output;
+  EXPECT_THAT(checkpoint.output, HasSubstr("--checkpoint: "));
+  EXPECT_THAT(checkpoint.output, HasSubstr("model.safetensors"));
 }
 
 TEST_F(Evaluate, JsonIsOneObjectWithTheFigures) {
@@ -124,6 +157,13 @@ TEST_F(Evaluate, JsonIsOneObjectWithTheFigures) {
   EXPECT_EQ(j.at("count"), 10000);
   EXPECT_EQ(j.at("ranks"), 1);
   EXPECT_NEAR(j.at("accuracy").get<double>() * 100.0, test_accuracy(trained_->output), 0.005);
+  EXPECT_EQ(j.at("skipped_files"), 0);
+  EXPECT_EQ(j.at("decode_warnings"), 0);
+  EXPECT_TRUE(j.at("accuracy_top5").is_null());  // 10 classes: not counted
+
+  // The result is the command's product: a full disk does not pass for success.
+  const ProgramResult full = evaluate("--weights " + (out() / "model.safetensors").string() + " --json > /dev/full");
+  EXPECT_EQ(full.exit_code, 1) << full.output;  // (its message went to /dev/full too)
 }
 
 // Three ranks: the recipe's training batch (1000) does not divide by them, which must not matter,
@@ -170,8 +210,8 @@ TEST_F(Evaluate, DamagedOrUnfittingWeightsAreClearErrors) {
   EXPECT_THAT(r.output, HasSubstr("holds model mlp with 10 classes; the recipe builds model small_cnn"));
   r = evaluate("--weights " + (*dir_ / "absent.safetensors").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--weights: "));
-  EXPECT_THAT(r.output, HasSubstr("absent.safetensors"));
+  EXPECT_THAT(r.output, HasSubstr("--weights: '" + (*dir_ / "absent.safetensors").string() + "' does not exist"));
+  EXPECT_THAT(r.output, Not(HasSubstr("model mlp:")));  // found before the run is built
 }
 
 TEST_F(Evaluate, AnEvalRootFashionMnistDoesNotReadIsRefused) {

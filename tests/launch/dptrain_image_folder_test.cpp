@@ -127,8 +127,8 @@ TEST_F(ImageFolderRun, BadFoldersStopTheRunNamingWhatIsWrong) {
                                                 victim.string() + ": not a readable JPEG: .*"));
   r = run("skipped", "--set data.skip_bad_files=true --set run.epochs=1", partial);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("1 unreadable training file(s) skipped so far (data.skip_bad_files), the first: " +
-                                  victim.string()));
+  EXPECT_THAT(r.output, HasSubstr("unreadable files skipped (data.skip_bad_files): 1 training this epoch, 0 test; "
+                                  "the first: " + victim.string()));
 }
 
 // Bytes inserted before a JPEG's end marker: libjpeg warns ("Corrupt JPEG data: 14 extraneous
@@ -150,11 +150,25 @@ TEST_F(ImageFolderRun, DamagedButDecodableJpegsAreUsedAndReported) {
   damage(val_victim);
   const ProgramResult r = run("damaged", "--set run.epochs=1", damaged);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("JPEG files decoded with a libjpeg warning so far (damaged data, used as decoded, as "
-                                  "PIL does): 1 training, 1 test; the first: " + train_victim.string() +
-                                  ": Corrupt JPEG data: "));
+  const std::string said = "JPEG files decoded with a libjpeg warning (damaged data, used as decoded, as PIL does): "
+                           "1 training this epoch, 1 test; ";
+  EXPECT_THAT(r.output, HasSubstr(said + "the first: " + train_victim.string() + ": Corrupt JPEG data: "));
   EXPECT_THAT(dp::testing::read_text_file(dir_ / "damaged" / "metrics.jsonl"),
               HasSubstr("\"decode_warnings\":{\"test\":1,\"train\":1}"));
+  // Two ranks: each loads its own shard, and the counts are added over them.
+  const ProgramResult two = run_program(dp::testing::mpirun(2) + dptrain_binary() + " --config " +
+                                        (dir_ / "damaged.yaml").string() + " --set run.epochs=1 --set run.threads=1" +
+                                        " --set run.output_dir=" + (dir_ / "damaged2").string());
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_THAT(two.output, HasSubstr(said));
+  // dptrain evaluate says it of the test files.
+  const ProgramResult evaluated =
+      run_program(dptrain_binary() + " evaluate --config " + (dir_ / "damaged.yaml").string() + " --weights " +
+                  (dir_ / "damaged" / "model.safetensors").string());
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+  EXPECT_THAT(evaluated.output, HasSubstr("test files: 0 skipped as unreadable (data.skip_bad_files: replaced by the "
+                                          "next readable ones), 1 decoded with a libjpeg warning (damaged data, used "
+                                          "as decoded, as PIL does); the first damaged: " + val_victim.string()));
   // The undamaged folder says nothing of the kind.
   const ProgramResult clean = run("clean", "--set run.epochs=1");
   ASSERT_EQ(clean.exit_code, 0) << clean.output;

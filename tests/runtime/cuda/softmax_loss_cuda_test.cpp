@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -208,8 +209,9 @@ TEST_F(SoftmaxLossCudaTest, NegativeTargetThroughTheOpThrowsAtItem) {
   EXPECT_TRUE(std::isfinite(cross_entropy(logits, good).item<float>()));
 }
 
-// topk_hits (top-5 accuracy, NOTE [ Top-5 accuracy ]) is composed of pointwise ops and a row
-// sum: on the GPU it must count what the CPU counts, ties included, in every dtype.
+// topk_hits (top-5 accuracy, NOTE [ Top-5 accuracy ]) is composed of a gather, pointwise ops and
+// a row sum: on the GPU it must count what the CPU counts — ties, NaNs and infinities included —
+// in every dtype.
 TEST_F(SoftmaxLossCudaTest, TopkHitsOnTheGpuAreTheCpus) {
   Generator gen(6);
   const int64_t N = 256, C = 1000;
@@ -217,9 +219,15 @@ TEST_F(SoftmaxLossCudaTest, TopkHitsOnTheGpuAreTheCpus) {
   const Tensor grid = rand({N, C}, gen, kFloat32, cpu_, -4, 4);
   std::vector<float> values = grid.to_vector<float>();
   for (float& v : values) v = std::round(4.0f * v) / 4.0f;
-  const Tensor logits = from_vector(values, {N, C}, cpu_);
   std::vector<int64_t> t(static_cast<size_t>(N));
   for (size_t n = 0; n < t.size(); ++n) t[n] = static_cast<int64_t>((n * 37) % C);
+  // A broken model's rows: a NaN target, a NaN elsewhere, an infinite target, infinities elsewhere.
+  values[0 * C + static_cast<size_t>(t[0])] = std::numeric_limits<float>::quiet_NaN();
+  values[1 * C + 3] = std::numeric_limits<float>::quiet_NaN();
+  values[2 * C + static_cast<size_t>(t[2])] = std::numeric_limits<float>::infinity();
+  values[3 * C + 5] = std::numeric_limits<float>::infinity();
+  values[3 * C + 6] = -std::numeric_limits<float>::infinity();
+  const Tensor logits = from_vector(values, {N, C}, cpu_);
   const Tensor target = from_vector(t, {N}, cpu_);
   for (int64_t k : {1, 5}) {
     const std::vector<float> want = topk_hits(logits, target, k).to_vector<float>();

@@ -314,6 +314,11 @@ TEST_F(ImageFolderTest, BadFilesNameTheFileOrAreSkippedAndCounted) {
   lenient.fill_batch(std::vector<int64_t>{4, 3, 0, 1}, 1, four);
   EXPECT_EQ(four[kLabels].to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 1}));
   EXPECT_EQ(lenient.skipped_files(), 4);
+  // Per epoch: each bad file met in an epoch, on the way to a replacement too (epoch 1's sample 1
+  // walks past 1, 2, 3 and 4 to 5).
+  EXPECT_EQ(lenient.skipped_files(0), 4);
+  EXPECT_EQ(lenient.skipped_files(1), 4);
+  EXPECT_EQ(lenient.skipped_files(2), 0);
   EXPECT_NE(lenient.first_skipped().find("1_truncated.jpg"), std::string::npos) << lenient.first_skipped();
 }
 
@@ -333,6 +338,8 @@ TEST_F(ImageFolderTest, DamagedButDecodableFilesAreUsedAndCounted) {
     for (int64_t epoch = 0; epoch < 3; ++epoch)
       for (int64_t i = 0; i < data.size(); ++i) load(data, i, epoch);
     EXPECT_EQ(data.files_with_decode_warnings(), 1);
+    for (int64_t epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(data.files_with_decode_warnings(epoch), 1);
+    EXPECT_EQ(data.files_with_decode_warnings(3), 0);
     const std::string first = data.first_decode_warning();
     EXPECT_NE(first.find((root / "train" / "a" / "1_damaged.jpg").string() + ": Corrupt JPEG data: "),
               std::string::npos)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -153,7 +154,17 @@ Tensor grid_logits(int64_t N, int64_t C, std::mt19937& rng, Device cpu, std::vec
   return from_vector<float>(values, {N, C}, cpu);
 }
 
-TEST_F(LossTest, TopkHitsAreTheRowsWithFewerThanKClassesAboveTheTarget) {
+// Brute force: the classes before the target in a descending stable sort with NaN first.
+bool reference_topk_hit(const std::vector<float>& row, int64_t target, int64_t k) {
+  const float t = row[static_cast<size_t>(target)];
+  if (std::isnan(t)) return false;
+  int64_t before = 0;
+  for (size_t c = 0; c < row.size(); ++c)
+    before += std::isnan(row[c]) || row[c] > t || (row[c] == t && static_cast<int64_t>(c) < target);
+  return before < k;
+}
+
+TEST_F(LossTest, TopkHitsAreTheRowsWithFewerThanKClassesBeforeTheTarget) {
   std::mt19937 rng(5);
   const int64_t N = 300, C = 37;
   std::vector<float> values;
@@ -166,11 +177,14 @@ TEST_F(LossTest, TopkHitsAreTheRowsWithFewerThanKClassesAboveTheTarget) {
     ASSERT_EQ(hits.size(), static_cast<size_t>(N));
     int64_t total = 0;
     for (int64_t n = 0; n < N; ++n) {
-      const float target_logit = values[static_cast<size_t>(n * C + t[static_cast<size_t>(n)])];
-      int64_t above = 0;
-      for (int64_t c = 0; c < C; ++c) above += values[static_cast<size_t>(n * C + c)] > target_logit;
-      ASSERT_EQ(hits[static_cast<size_t>(n)], above < k ? 1.0f : 0.0f) << "k " << k << ", row " << n;
-      total += above < k;
+      const std::vector<float> row(values.begin() + n * C, values.begin() + (n + 1) * C);
+      const bool hit = reference_topk_hit(row, t[static_cast<size_t>(n)], k);
+      ASSERT_EQ(hits[static_cast<size_t>(n)], hit ? 1.0f : 0.0f) << "k " << k << ", row " << n;
+      total += hit;
+    }
+    if (k == 1) {  // ties in index order: top-1 is argmax's accuracy (argmax takes the first maximum)
+      const std::vector<int64_t> top = argmax(logits, 1).to_vector<int64_t>();
+      for (size_t n = 0; n < t.size(); ++n) ASSERT_EQ(hits[n], top[n] == t[n] ? 1.0f : 0.0f) << n;
     }
     if (k == 1) {
       EXPECT_GT(total, 0);
@@ -217,6 +231,40 @@ TEST_F(LossTest, TopkHitsOfLowPrecisionLogitsCompareInFloat32) {
   const std::vector<float> want = topk_hits(logits, targets(t), 5).to_vector<float>();
   for (DType dtype : {kBFloat16, kFloat16, kFloat64})
     EXPECT_EQ(topk_hits(logits.to(dtype), targets(t), 5).to_vector<float>(), want) << dtype_name(dtype);
+}
+
+// A broken model's logits: NaN sorts first (a NaN target is never a hit), infinities compare as
+// numbers, and all-equal logits rank the target by its index — never 100 % top-5 for free.
+TEST_F(LossTest, TopkHitsOfNanInfiniteAndTiedLogits) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t C = 12;
+  const std::vector<std::vector<float>> rows = {
+      std::vector<float>(C, 0.0f),                                   // all tied
+      std::vector<float>(C, nan),                                    // all NaN
+      {inf, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},                       // +inf elsewhere
+      {-inf, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},                      // -inf target
+      {1, 2, nan, nan, nan, nan, nan, 3, 4, 5, 6, inf},              // NaNs before a finite target
+      {inf, inf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},                      // tied infinities
+  };
+  for (int64_t target : {0, 1, 4, 11}) {
+    std::vector<float> values;
+    for (const auto& r : rows) values.insert(values.end(), r.begin(), r.end());
+    const int64_t N = static_cast<int64_t>(rows.size());
+    const Tensor logits = from_vector<float>(values, {N, C}, cpu);
+    for (int64_t k : {1, 5}) {
+      const std::vector<float> hits =
+          topk_hits(logits, targets(std::vector<int64_t>(static_cast<size_t>(N), target)), k).to_vector<float>();
+      for (int64_t n = 0; n < N; ++n)
+        EXPECT_EQ(hits[static_cast<size_t>(n)], reference_topk_hit(rows[static_cast<size_t>(n)], target, k) ? 1.0f : 0.0f)
+            << "row " << n << ", target " << target << ", k " << k;
+    }
+  }
+  // The all-tied row: only the first five classes are top-5 hits.
+  const Tensor tied = zeros({C, C}, kFloat32, cpu);
+  std::vector<int64_t> every(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) every[static_cast<size_t>(c)] = c;
+  const std::vector<float> hits = topk_hits(tied, targets(every), 5).to_vector<float>();
+  EXPECT_EQ(hits, (std::vector<float>{1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0}));
 }
 
 TEST_F(LossTest, TopkHitsErrors) {
