@@ -36,6 +36,18 @@ std::string test_loss_text(const std::string& output) {
   return loss == std::string::npos ? "" : output.substr(loss, output.find(')', loss) - loss + 1);
 }
 
+// Flips `mask`'s bits of the byte `from_end` bytes before the end of `file` (inside the last
+// tensor's data of a safetensors file).
+void flip_bit(const fs::path& file, int from_end, int mask) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-from_end, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(-from_end, std::ios::end);
+  c = static_cast<char>(c ^ mask);
+  f.write(&c, 1);
+}
+
 // Every file under `dir` with its size: what evaluating must leave as it was.
 std::vector<std::string> listing(const fs::path& dir) {
   std::vector<std::string> files;
@@ -127,15 +139,7 @@ TEST_F(Evaluate, ADamagedCheckpointModelIsRefusedEitherWay) {
   const fs::path copy = *dir_ / "damaged_checkpoint";
   fs::remove_all(copy);
   fs::copy(out() / "checkpoints" / "step_000000006", copy);
-  {
-    std::fstream f(copy / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-4, std::ios::end);
-    char c = 0;
-    f.read(&c, 1);
-    f.seekp(-4, std::ios::end);
-    c = static_cast<char>(c ^ 4);
-    f.write(&c, 1);
-  }
+  flip_bit(copy / "model.safetensors", 4, 4);
   const ProgramResult weights = evaluate("--weights " + (copy / "model.safetensors").string());
   EXPECT_EQ(weights.exit_code, 1) << weights.output;
   EXPECT_THAT(weights.output, HasSubstr("records model digest"));
@@ -181,15 +185,7 @@ TEST_F(Evaluate, DamagedOrUnfittingWeightsAreClearErrors) {
   // One bit of the last tensor flipped: the recorded digest no longer fits.
   const fs::path bad = *dir_ / "flipped.safetensors";
   fs::copy_file(out() / "model.safetensors", bad, fs::copy_options::overwrite_existing);
-  {
-    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-8, std::ios::end);
-    char c = 0;
-    f.read(&c, 1);
-    f.seekp(-8, std::ios::end);
-    c = static_cast<char>(c ^ 1);
-    f.write(&c, 1);
-  }
+  flip_bit(bad, 8, 1);
   ProgramResult r = evaluate("--weights " + bad.string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--weights: " + bad.string() + " records model digest " +
