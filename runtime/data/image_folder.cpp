@@ -310,8 +310,7 @@ void ImageFolder::load(int64_t index, int64_t epoch, uint8_t* out) const {
   }
   if (!warning.empty()) {
     std::lock_guard lock(warned_mutex_);
-    if (warned_.empty()) first_warning_ = file + ": " + warning;
-    warned_.insert(index);
+    if (first_warning_.empty()) first_warning_ = file + ": " + warning;
     warned_in_epoch_[epoch].insert(index);
   }
 }
@@ -350,10 +349,19 @@ int64_t ImageFolder::skipped_files() const {
   return static_cast<int64_t>(skipped_.size());
 }
 
+namespace {
+
+// The files (sample indices) recorded for `epoch`.
+int64_t files_in_epoch(const std::map<int64_t, std::set<int64_t>>& by_epoch, int64_t epoch) {
+  const auto it = by_epoch.find(epoch);
+  return it == by_epoch.end() ? 0 : static_cast<int64_t>(it->second.size());
+}
+
+}  // namespace
+
 int64_t ImageFolder::skipped_files(int64_t epoch) const {
   std::lock_guard lock(skipped_mutex_);
-  const auto it = skipped_in_epoch_.find(epoch);
-  return it == skipped_in_epoch_.end() ? 0 : static_cast<int64_t>(it->second.size());
+  return files_in_epoch(skipped_in_epoch_, epoch);
 }
 
 std::string ImageFolder::first_skipped() const {
@@ -363,13 +371,14 @@ std::string ImageFolder::first_skipped() const {
 
 int64_t ImageFolder::files_with_decode_warnings() const {
   std::lock_guard lock(warned_mutex_);
-  return static_cast<int64_t>(warned_.size());
+  std::set<int64_t> all;
+  for (const auto& [epoch, files] : warned_in_epoch_) all.insert(files.begin(), files.end());
+  return static_cast<int64_t>(all.size());
 }
 
 int64_t ImageFolder::files_with_decode_warnings(int64_t epoch) const {
   std::lock_guard lock(warned_mutex_);
-  const auto it = warned_in_epoch_.find(epoch);
-  return it == warned_in_epoch_.end() ? 0 : static_cast<int64_t>(it->second.size());
+  return files_in_epoch(warned_in_epoch_, epoch);
 }
 
 std::string ImageFolder::first_decode_warning() const {

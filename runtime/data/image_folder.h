@@ -135,8 +135,7 @@ class ImageFolder final : public RgbImageDataset {
   mutable std::atomic<bool> any_skipped_{false};
   mutable std::map<int64_t, std::set<int64_t>> skipped_in_epoch_;  // epoch -> indices (skipped_mutex_)
   mutable std::mutex warned_mutex_;
-  mutable std::set<int64_t> warned_;
-  mutable std::map<int64_t, std::set<int64_t>> warned_in_epoch_;
+  mutable std::map<int64_t, std::set<int64_t>> warned_in_epoch_;  // epoch -> indices
   mutable std::string first_warning_;
 };
 
