@@ -209,7 +209,7 @@ Checkpoint load_checkpoint(const std::string& dir, Device device) {
       DP_CHECK(hex_digest(digest) == want.at("fnv1a64").get<std::string>(), where, ": '", path, "' does not match its ",
                "digest in the manifest (the file is corrupt)");
     }
-    out.model = load_tensors((fs::path(dir) / kModelFile).string(), device);
+    out.model = load_tensors((fs::path(dir) / kModelFile).string(), device, &out.model_metadata);
     out.state = load_tensors((fs::path(dir) / kStateFile).string(), device);
     return out;
   } catch (const nlohmann::json::exception& e) {

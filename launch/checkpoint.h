@@ -49,7 +49,7 @@ struct Checkpoint {
   NamedTensorList model;  // model.safetensors
   NamedTensorList state;  // state.safetensors
   // model.safetensors' own metadata (its model's digest: the file stays checkable when it is used
-  // alone, as model.init_from or `dptrain evaluate --weights`); not read back by load_checkpoint.
+  // alone, as model.init_from or `dptrain evaluate --weights`; its training classes).
   std::map<std::string, std::string> model_metadata;
 };
 

@@ -29,7 +29,7 @@ ImageTransformOptions image_transform(const Config& config, bool train) {
 
 }  // namespace
 
-TrainAndEvalData make_datasets(const Config& config) {
+TrainAndEvalData make_datasets(const Config& config, DataUse use) {
   const DataConfig& d = config.data;
   TrainAndEvalData data;
   DP_CHECK(d.eval_root.empty() || d.dataset == "image_folder" || d.dataset == "text", "data.eval_root is read by ",
@@ -40,13 +40,25 @@ TrainAndEvalData make_datasets(const Config& config) {
     data.eval = std::make_unique<FashionMnist>(d.root, Split::Test, norm);
   } else if (d.dataset == "image_folder") {
     const std::string root = std::filesystem::path(d.root).string();
-    auto train = std::make_unique<ImageFolder>(root + "/train", image_transform(config, true), d.skip_bad_files);
-    const std::vector<std::string> classes = train->classes();
     // data.eval_root: another folder of the same classes (a second test set, `dptrain evaluate`'s
     // robustness sets) instead of root/val.
     const std::string eval_root = d.eval_root.empty() ? root + "/val" : d.eval_root;
-    data.eval = std::make_unique<ImageFolder>(eval_root, image_transform(config, false), d.skip_bad_files, classes);
-    data.train = std::move(train);
+    const std::string train_root = root + "/train";
+    if (use == DataUse::EvaluationOnly && !std::filesystem::exists(train_root)) {
+      // A validation set alone (DataUse): its class folders, in the same sorted order, are the
+      // classes; a weights file that records its training classes is checked against them.
+      auto eval = std::make_unique<ImageFolder>(eval_root, image_transform(config, false), d.skip_bad_files);
+      data.classes_from_eval_set = detail::concat("classes: the ", eval->classes().size(), " class folders of ",
+                                                  eval_root, " (", train_root, " does not exist)");
+      data.train = std::make_unique<ImageFolder>(eval_root, image_transform(config, true), d.skip_bad_files,
+                                                 eval->classes());
+      data.eval = std::move(eval);
+    } else {
+      auto train = std::make_unique<ImageFolder>(train_root, image_transform(config, true), d.skip_bad_files);
+      data.eval = std::make_unique<ImageFolder>(eval_root, image_transform(config, false), d.skip_bad_files,
+                                                train->classes());
+      data.train = std::move(train);
+    }
   } else if (d.dataset == "synthetic") {
     data.train = std::make_unique<SyntheticImages>(d.synthetic_train_size, config.model.num_classes,
                                                    image_transform(config, true));

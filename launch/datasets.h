@@ -19,14 +19,23 @@ struct TrainAndEvalData {
   const ClassificationDataset* eval_images = nullptr;
   const text::MlmDataset* train_text = nullptr;
   const text::MlmDataset* eval_text = nullptr;
+  // Set where the classes are not the training set's (DataUse::EvaluationOnly of an image folder
+  // without train/): a sentence saying where they come from.
+  std::string classes_from_eval_set;
 };
+
+// What the datasets are opened for. Evaluation alone (`dptrain evaluate`) takes an image folder
+// without train/: the evaluation folder's own class folders are then the classes (NOTE
+// [ Evaluating weights ] in launch/evaluate_command.h), and it stands in for the training set,
+// whose loader is never started (the model is still sized by data.image_size).
+enum class DataUse { Training, EvaluationOnly };
 
 // fashion_mnist: the IDX files in data.root; image_folder: data.root/train and data.root/val
 // (val must have train's classes); synthetic: data.synthetic_train_size / _eval_size random
 // images of model.num_classes classes; text: the token shards in data.root and data.eval_root
 // (default data.root/eval) made with data.vocab (default data.root/vocab.txt), masked from
 // run.seed. Augmentation draws from run.seed. Throws dp::Error naming the key or the file.
-TrainAndEvalData make_datasets(const Config& config);
+TrainAndEvalData make_datasets(const Config& config, DataUse use = DataUse::Training);
 
 // What an image folder's files gave in one epoch of its loader (the evaluation set's loads all
 // use epoch 0, so its counts are those of every evaluation so far): files skipped as unreadable

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,8 +35,10 @@ std::string resolve_checkpoint(const Config& config, const std::string& wanted) 
   return all.back();
 }
 
-// --checkpoint: the model of a checkpoint directory into the run's model.
-void load_checkpoint_model(const Config& config, const std::string& dir, TrainingRun& run) {
+// --checkpoint: the model of a checkpoint directory into the run's model; returns its model
+// file's metadata.
+std::map<std::string, std::string> load_checkpoint_model(const Config& config, const std::string& dir,
+                                                         TrainingRun& run) {
   Checkpoint checkpoint;
   try {
     checkpoint = load_checkpoint(dir, run.cpu);
@@ -59,6 +62,7 @@ void load_checkpoint_model(const Config& config, const std::string& dir, Trainin
     throw Error(detail::concat("--checkpoint: ", dir, " does not fit the recipe's model ", config.model.name, ": ",
                                e.what()));
   }
+  return checkpoint.model_metadata;
 }
 
 std::string describe_source(const std::string& source, bool checkpoint) {
@@ -104,22 +108,29 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
     }
   }
 
-  std::unique_ptr<TrainingRun> built = build_run(config, runtime, world);  // NOTE [ Run builder ]
+  std::unique_ptr<TrainingRun> built =
+      build_run(config, runtime, world, DataUse::EvaluationOnly);  // NOTE [ Run builder ]
   TrainingRun& run = *built;
   EvaluateReport report;
   const bool from_checkpoint = !args.checkpoint.empty();
   // Rank 0 reads the weights and every rank evaluates them: a file only rank 0's node has will do.
   report.source = from_checkpoint ? checkpoint_dir : weights;
   if (rank == 0) {
+    std::map<std::string, std::string> metadata;
     if (from_checkpoint) {
-      load_checkpoint_model(config, checkpoint_dir, run);
+      metadata = load_checkpoint_model(config, checkpoint_dir, run);
     } else {
       const std::string model = config.model.name == "bert"
                                     ? "the recipe's model bert " + config.model.size
                                     : detail::concat("the recipe's model ", config.model.name, " with ",
                                                      config.model.num_classes, " classes");
-      load_model_weights(*run.model, weights, run.cpu, from_init ? "model.init_from" : "--weights", model);
+      metadata = load_model_weights(*run.model, weights, run.cpu, from_init ? "model.init_from" : "--weights", model);
     }
+    // The labels must mean what they meant in training (the weights record its class names).
+    if (run.data.eval_images)
+      check_weights_classes(metadata, *run.data.eval_images,
+                            from_checkpoint ? "--checkpoint" : from_init ? "model.init_from" : "--weights",
+                            report.source);
   }
   if (run.world_size > 1) broadcast_model_from_rank0(*run.model, *run.model_group);
   report.model_digest = model_digest(*run.model, run.cpu);
@@ -149,6 +160,7 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
           {"loss", e.loss},
           {"accuracy_top5", std::isnan(e.accuracy_top5) ? nlohmann::json() : nlohmann::json(e.accuracy_top5)},
           {"samples", report.eval_samples},
+          {"classes_from", run.data.classes_from_eval_set.empty() ? "training set" : "evaluation set"},
           {text ? "predicted_tokens" : "count", static_cast<int64_t>(e.count)},
           {"skipped_files", report.files.skipped},
           {"decode_warnings", report.files.warned},
@@ -164,6 +176,7 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
   // (Paths may be long: streams, not fixed buffers.)
   console.line("model " + config.model.name + " from " + describe_source(report.source, from_checkpoint) +
                ", model digest " + hex_digest(report.model_digest));
+  if (!run.data.classes_from_eval_set.empty()) console.line(run.data.classes_from_eval_set);
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(2);

@@ -15,6 +15,12 @@
 //   the newest complete one under run.output_dir/checkpoints. Only the model is taken from it, so
 //   the number of ranks and the rest of the recipe may differ from the run that saved it.
 // - Neither: model.init_from of the recipe, if set.
+// The labels must mean what they meant in training: weights dptrain wrote record the training
+// set's class names (model_file_metadata in launch/training_run.h), and an evaluation set whose
+// names differ is refused (check_weights_classes). So an image folder needs no train/ here: a
+// validation folder alone (data.root/val or data.eval_root) gives the classes from its own class
+// folders (DataUse::EvaluationOnly, launch/datasets.h), checked against the recorded ones where the
+// file has them, and said in the output.
 // Over several ranks each evaluates its shard (the sums are added, as in training) after the
 // model is broadcast from rank 0, whose file is the one named in the output. What shapes only
 // training does not constrain the evaluation: data.batch_size need not divide by the ranks (it

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
@@ -88,6 +89,18 @@ std::string resume_relevant_config(const Config& config) {
   return to_yaml(c);
 }
 
+namespace {
+
+// The checkpoint facts naming the data the run read (NOTE [ Resuming a run ]).
+constexpr const char* kTrainingDataFact = "training_data";
+constexpr const char* kEvaluationDataFact = "evaluation_data";
+
+std::string data_fact(const Dataset& data) {
+  return detail::concat(data.size(), " samples, content digest ", hex_digest(data.content_digest()));
+}
+
+}  // namespace
+
 Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position) {
   Checkpoint c;
   c.position = position;
@@ -95,14 +108,12 @@ Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const Chec
   c.facts = {{"model", config.model.name},
              {"num_classes", std::to_string(config.model.num_classes)},
              {"optimizer", config.optimizer.name},
-             {kConfigFact, resume_relevant_config(config)}};
+             {kConfigFact, resume_relevant_config(config)},
+             {kTrainingDataFact, data_fact(run.train_set())},
+             {kEvaluationDataFact, data_fact(run.eval_set())}};
   c.model = nn::without_tied_duplicates(run.model->state_dict());  // BERT's decoder is its word embedding
   // As run.weights_file's: load_model_weights checks a file used alone against it.
-  c.model_metadata = {{"format", "dptrain model weights"},
-                      {"model", config.model.name},
-                      {"num_classes", std::to_string(config.model.num_classes)},
-                      {"steps", std::to_string(position.step)},
-                      {"model_digest", hex_digest(model_digest(*run.model, run.cpu))}};
+  c.model_metadata = model_file_metadata(config, run, position.step, model_digest(*run.model, run.cpu));
   for (const auto& [name, t] : run.optimizer->state_dict()) c.state.emplace_back("optimizer." + name, t);
   for (const auto& [name, t] : run.scaler->state_dict()) c.state.emplace_back("scaler." + name, t);
   c.state.emplace_back("clock.steps", scalar_tensor(static_cast<double>(run.clock->steps()), kInt64, run.cpu));
@@ -139,6 +150,19 @@ CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, co
   DP_CHECK(count == 0, where, ": this run's configuration differs from the checkpoint's in ", count, " key",
            count == 1 ? "" : "s", " (a resumed run must compute what the interrupted one would have):", differences,
            count > 12 ? "\n  ..." : "");
+  // The data: the same samples (a checkpoint from before dptrain recorded them is not checked).
+  for (const auto& [fact, data, split] :
+       {std::tuple{kTrainingDataFact, &run.train_set(), "training"},
+        std::tuple{kEvaluationDataFact, &run.eval_set(), "evaluation"}}) {
+    const auto then_data = checkpoint.facts.find(fact);
+    if (then_data == checkpoint.facts.end()) continue;
+    const std::string now_data = data_fact(*data);
+    DP_CHECK(then_data->second == now_data, where, ": the ", split, " data differ from the checkpoint's: ",
+             then_data->second, " then, ", now_data, " now (", data->description(), "), so the resumed run would not ",
+             "compute what the interrupted one would have. Give the data as they were (a bad file can be skipped ",
+             "with data.skip_bad_files instead of removed; the folder may move: data.root), or start a new run from ",
+             "the checkpoint's weights (model.init_from: its model.safetensors)");
+  }
   // The world: the same size, or any size the fixed shards allow.
   if (checkpoint.world_size != run.world_size) {
     DP_CHECK(config.distributed.shards > 0, where, ": written by ", checkpoint.world_size, " rank",

@@ -16,7 +16,9 @@
 // loader threads, max_steps, checkpoint cadence, ...); every other difference is listed. The
 // world size must be the same, unless distributed.shards is set: the shards then fix the
 // computation whatever the world size (NOTE [ Fixed shards ]), and any world size dividing it
-// may continue. The metrics records so far travel in the checkpoint too. What is not saved: the
+// may continue. The data must be the same: the checkpoint records each set's size and content
+// digest (Dataset::content_digest: an image folder's classes and paths below its split folder,
+// so the folder may move), since one file more or less changes every later epoch's order. The metrics records so far travel in the checkpoint too. What is not saved: the
 // partial sums of the interrupted epoch's reported train loss (the resumed epoch reports the
 // mean over the steps it ran) and the loss-scale skip counts.
 #pragma once

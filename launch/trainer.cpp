@@ -607,10 +607,7 @@ void save_final_weights(const Config& config, TrainingRun& run, Console& console
   const std::string kept = keep_existing_file(path);
   if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
   const Clock::time_point start = Clock::now();
-  save_tensors(path, run.model->state_dict(),
-               {{"format", "dptrain model weights"}, {"model", config.model.name},
-                {"num_classes", std::to_string(config.model.num_classes)}, {"steps", std::to_string(report.steps)},
-                {"model_digest", hex_digest(report.model_digest)}});
+  save_tensors(path, run.model->state_dict(), model_file_metadata(config, run, report.steps, report.model_digest));
   report.weights_seconds = seconds_since(start);
   report.weights_path = path;
   report.weights_bytes = static_cast<int64_t>(std::filesystem::file_size(path));

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/ddp/sync_batch_norm.h"
 #include "launch/graphed_step.h"
 #include "models/registry.h"
@@ -321,7 +323,7 @@ const TokenBatchSampler* TrainingRun::token_batches() const {
   return train_loader ? dynamic_cast<const TokenBatchSampler*>(&train_loader->batch_sampler()) : nullptr;
 }
 
-std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world) {
+std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world, DataUse use) {
   auto run = std::make_unique<TrainingRun>();
   TrainingRun& r = *run;
 
@@ -341,7 +343,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   if (r.world_size > 1 && config.distributed.sync_batchnorm) r.batch_norm_group = world.batch_norm_group;
 
   // ---- Data ----
-  r.data = make_datasets(config);  // data.dataset (launch/datasets.h)
+  r.data = make_datasets(config, use);  // data.dataset (launch/datasets.h)
   if (r.group && r.world_size > 1) check_same_data_on_every_rank(r.train_set(), r.eval_set(), *r.group, r.cpu);
   r.train_uploader = make_batch_uploader(r.device, r.cpu);
   r.eval_uploader = make_batch_uploader(r.device, r.cpu);
@@ -610,8 +612,9 @@ uint64_t model_digest(nn::Module& model, Device cpu) {
   return digest.value();
 }
 
-void load_model_weights(nn::Module& model, const std::string& path, Device cpu, const std::string& origin,
-                        const std::string& model_description) {
+std::map<std::string, std::string> load_model_weights(nn::Module& model, const std::string& path, Device cpu,
+                                                      const std::string& origin,
+                                                      const std::string& model_description) {
   std::vector<nn::NamedTensor> weights;
   std::map<std::string, std::string> metadata;
   try {
@@ -627,11 +630,52 @@ void load_model_weights(nn::Module& model, const std::string& path, Device cpu, 
   // safetensors has no checksum of its own; dptrain's weights files carry the model's digest
   // (save_final_weights in trainer.cpp), so a flipped bit or an edited tensor is found here.
   const auto recorded = metadata.find("model_digest");
-  if (recorded == metadata.end()) return;  // torchvision's, Hugging Face's, an older dptrain's
+  if (recorded == metadata.end()) return metadata;  // torchvision's, Hugging Face's, an older dptrain's
   const std::string loaded = hex_digest(model_digest(model, cpu));
   DP_CHECK(recorded->second == loaded, origin, ": ", path, " records model digest ", recorded->second,
            " but its tensors give ", loaded, ": the file changed after dptrain wrote it (damaged, or edited); "
            "use another copy of the weights");
+  return metadata;
+}
+
+std::map<std::string, std::string> model_file_metadata(const Config& config, const TrainingRun& run, int64_t steps,
+                                                       uint64_t digest) {
+  std::map<std::string, std::string> m = {{"format", "dptrain model weights"},
+                                          {"model", config.model.name},
+                                          {"num_classes", std::to_string(config.model.num_classes)},
+                                          {"steps", std::to_string(steps)},
+                                          {"model_digest", hex_digest(digest)}};
+  if (run.data.train_images) {
+    const std::vector<std::string> names = run.data.train_images->class_names();
+    if (!names.empty()) m["classes"] = nlohmann::json(names).dump();
+  }
+  return m;
+}
+
+void check_weights_classes(const std::map<std::string, std::string>& metadata, const ClassificationDataset& data,
+                           const std::string& origin, const std::string& path) {
+  const auto recorded = metadata.find("classes");
+  const std::vector<std::string> ours = data.class_names();
+  if (recorded == metadata.end() || ours.empty()) return;
+  std::vector<std::string> theirs;
+  try {
+    theirs = nlohmann::json::parse(recorded->second).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(detail::concat(origin, ": ", path, ": its metadata entry `classes` is not a JSON list of names: ",
+                               e.what()));
+  }
+  if (theirs == ours) return;
+  size_t i = 0;
+  while (i < theirs.size() && i < ours.size() && theirs[i] == ours[i]) ++i;
+  const std::string difference =
+      i < theirs.size() && i < ours.size()
+          ? detail::concat("label ", i, " is '", theirs[i], "' in training and '", ours[i], "' here")
+          : detail::concat("training had ", theirs.size(), " classes, this set has ", ours.size(), " (the first only ",
+                           theirs.size() > ours.size() ? "in training" : "here", ": '",
+                           theirs.size() > ours.size() ? theirs[i] : ours[i], "')");
+  throw Error(detail::concat(origin, ": ", path, " records the classes it was trained on, and ", data.description(),
+                             " has others: ", difference, "; every label would mean another class. Evaluate on a ",
+                             "set with the training set's class folders (data.root, data.eval_root)"));
 }
 
 }  // namespace dp

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,7 +129,9 @@ struct TrainingRun {
 
 // Builds every part of a run from `config` (NOTE [ Run builder ]). In a distributed run every
 // rank calls it; the model is broadcast from rank 0. Throws dp::Error naming config keys.
-std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world);
+// `use`: DataUse::EvaluationOnly for `dptrain evaluate` (launch/datasets.h).
+std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world,
+                                       DataUse use = DataUse::Training);
 
 // What one step did. The loss stays on the device (reading it would sync); the communication
 // figures are host-clock (MPI) and absent in one-process runs.
@@ -171,7 +174,21 @@ uint64_t model_digest(nn::Module& model, Device cpu);
 // tensor is listed, as torch's strict=True). A file dptrain wrote records its model's digest: the
 // loaded model must have it, or the file changed since it was written (an error). `origin` opens
 // every message ("model.init_from", "--weights"); `model_description` names the model in them.
-void load_model_weights(nn::Module& model, const std::string& path, Device cpu, const std::string& origin,
-                        const std::string& model_description);
+// Returns the file's metadata (safetensors' __metadata__; empty for a file without).
+std::map<std::string, std::string> load_model_weights(nn::Module& model, const std::string& path, Device cpu,
+                                                      const std::string& origin,
+                                                      const std::string& model_description);
+
+// The metadata of a model file dptrain writes (run.weights_file, a checkpoint's model): format,
+// model, num_classes, steps, model_digest, and `classes` (a JSON list of the training set's class
+// names, where it has names: check_weights_classes reads it).
+std::map<std::string, std::string> model_file_metadata(const Config& config, const TrainingRun& run, int64_t steps,
+                                                       uint64_t digest);
+
+// The class names a weights file records (metadata `classes`, model_file_metadata) against
+// `data`'s: refused when they differ, since every label would then mean another class. Files
+// without the entry, and datasets without names, pass. `origin` and `path` open the message.
+void check_weights_classes(const std::map<std::string, std::string>& metadata, const ClassificationDataset& data,
+                           const std::string& origin, const std::string& path);
 
 }  // namespace dp

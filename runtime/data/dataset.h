@@ -101,6 +101,10 @@ class Dataset {
 class ClassificationDataset : public Dataset {
  public:
   virtual int64_t num_classes() const = 0;
+  // Each label's name, in label order (an image folder's class folders, Fashion-MNIST's
+  // categories); empty where labels are only numbers. Weights files record them, so weights are
+  // never evaluated against another label order (launch/evaluate_command.h).
+  virtual std::vector<std::string> class_names() const { return {}; }
   // The model's input per sample, [C, H, W].
   virtual Shape input_shape() const = 0;
   // The model's float32 [B, C, H, W] input in `format` (NOTE [ Channels-last ]) from a batch's

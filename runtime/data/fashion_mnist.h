@@ -31,6 +31,7 @@ class FashionMnist final : public ImageClassificationDataset {
   FashionMnist(const std::string& root, Split split, Normalization normalization = kNormalization);
 
   Split split() const { return split_; }
+  std::vector<std::string> class_names() const override { return {kClassNames.begin(), kClassNames.end()}; }
 
  private:
   FashionMnist(ImageClassificationDataset&& loaded, Split split)

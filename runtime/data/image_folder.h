@@ -93,6 +93,7 @@ class ImageFolder final : public RgbImageDataset {
   uint64_t content_digest() const override { return content_digest_; }
 
   const std::vector<std::string>& classes() const { return classes_; }
+  std::vector<std::string> class_names() const override { return classes_; }
   const std::string& path(int64_t index) const;
   int64_t label(int64_t index) const;
   // Loads sample `index` as the transform makes it for `epoch` into out (S * S * 3 bytes, HWC).

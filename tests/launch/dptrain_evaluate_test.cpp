@@ -104,6 +104,11 @@ TEST_F(Evaluate, TheWeightsFileGivesWhatTrainingReportedAndNothingIsWritten) {
   EXPECT_EQ(test_loss_text(r.output), test_loss_text(trained_->output)) << r.output;
   EXPECT_THAT(r.output, HasSubstr("evaluation: 10000 samples"));
   EXPECT_EQ(listing(out()), before);  // no metrics file moved aside, nothing new
+  // The weights and the checkpoints' model files record Fashion-MNIST's class names, in label order.
+  const std::string names = R"("classes":"[\"T-shirt/top\",\"Trouser\",\"Pullover\",)";
+  EXPECT_THAT(dp::testing::read_text_file(out() / "model.safetensors"), HasSubstr(names));
+  EXPECT_THAT(dp::testing::read_text_file(out() / "checkpoints" / "step_000000012" / "model.safetensors"),
+              HasSubstr(names));
 }
 
 TEST_F(Evaluate, ACheckpointGivesItsStepsModel) {

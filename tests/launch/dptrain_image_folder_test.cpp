@@ -13,6 +13,8 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/run_program.h"
 #include "launch/config.h"
 #include "launch/mllog.h"
@@ -173,6 +175,88 @@ TEST_F(ImageFolderRun, DamagedButDecodableJpegsAreUsedAndReported) {
   const ProgramResult clean = run("clean", "--set run.epochs=1");
   ASSERT_EQ(clean.exit_code, 0) << clean.output;
   EXPECT_THAT(clean.output, ::testing::Not(HasSubstr("libjpeg warning")));
+}
+
+// The class names a safetensors file records (its metadata entry `classes`, a JSON list).
+std::vector<std::string> recorded_classes(const fs::path& weights) {
+  std::ifstream in(weights, std::ios::binary);
+  uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), sizeof header_bytes);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const nlohmann::json metadata = nlohmann::json::parse(header).at("__metadata__");
+  return nlohmann::json::parse(metadata.at("classes").get<std::string>()).get<std::vector<std::string>>();
+}
+
+// NOTE [ Evaluating weights ]: the weights record the training set's class names; `dptrain
+// evaluate` takes a validation folder alone (no train/ beside it) with its own class folders as
+// the classes, gives the figures training gave, and refuses a folder whose classes differ from
+// the recorded ones (every label would mean another class).
+TEST_F(ImageFolderRun, AValidationFolderAloneIsEvaluatedAgainstTheRecordedClasses) {
+  const ProgramResult trained = run("trained", "", data_, "epochs: 1");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const fs::path weights = dir_ / "trained" / "model.safetensors";
+  const std::vector<std::string> classes = recorded_classes(weights);
+  ASSERT_EQ(classes.size(), 10u);
+  EXPECT_EQ(classes.front(), "0_T-shirt-top");
+  EXPECT_EQ(classes.back(), "9_Ankle-boot");
+
+  const fs::path alone = dir_ / "val_only";
+  fs::create_directories(alone);
+  fs::copy(data_ / "val", alone / "val", fs::copy_options::recursive);
+  const std::string evaluate = dptrain_binary() + " evaluate --config " + (dir_ / "trained.yaml").string() +
+                               " --weights " + weights.string() + " --set data.root=" + alone.string();
+  const ProgramResult r = run_program(evaluate);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("classes: the 10 class folders of " + (alone / "val").string() + " (" +
+                                  (alone / "train").string() + " does not exist)"));
+  EXPECT_THAT(r.output, HasSubstr("evaluation: 500 samples: "));
+  EXPECT_EQ(dp::testing::model_digest(r.output), dp::testing::model_digest(trained.output));
+  EXPECT_DOUBLE_EQ(dp::testing::test_accuracy(r.output),
+                   dp::testing::test_accuracy(trained.output.substr(trained.output.find("epoch 1/1: "))));
+
+  // A class folder renamed: refused, naming the label.
+  fs::rename(alone / "val" / "9_Ankle-boot", alone / "val" / "9_Boot");
+  const ProgramResult renamed = run_program(evaluate);
+  EXPECT_EQ(renamed.exit_code, 1) << renamed.output;
+  EXPECT_THAT(renamed.output, HasSubstr("--weights: " + weights.string() + " records the classes it was trained on, "
+                                        "and image folder " + (alone / "val").string()));
+  EXPECT_THAT(renamed.output, HasSubstr("label 9 is '9_Ankle-boot' in training and '9_Boot' here"));
+  // A class folder missing: the same.
+  fs::remove_all(alone / "val" / "9_Boot");
+  const ProgramResult missing = run_program(evaluate);
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("training had 10 classes, this set has 9 (the first only in training: "
+                                        "'9_Ankle-boot')"));
+}
+
+// NOTE [ Resuming a run ]: a checkpoint records the samples its run read (count and content
+// digest), so a resumed run on changed data is refused instead of silently drawing another
+// order; the folder may move (data.root), and the run then ends where the uninterrupted one does.
+TEST_F(ImageFolderRun, ResumingNeedsTheSameSamplesWhereverTheFolderIs) {
+  const fs::path copy = dir_ / "copy";
+  fs::copy(data_, copy, fs::copy_options::recursive);
+  const std::string deterministic = " --set run.deterministic=true";
+  const ProgramResult whole = run("whole", "--set run.max_steps=8" + deterministic, copy, "epochs: 1");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const ProgramResult first = run("part", "--set run.max_steps=4 --set run.checkpoint_every=4" + deterministic, copy,
+                                  "epochs: 1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // One training image fewer.
+  const fs::path victim = *fs::directory_iterator(copy / "train" / "3_Dress");
+  fs::rename(victim, dir_ / "aside.jpg");
+  const ProgramResult changed = run("part", "--resume auto --set run.max_steps=8" + deterministic, copy, "epochs: 1");
+  EXPECT_EQ(changed.exit_code, 1) << changed.output;
+  EXPECT_THAT(changed.output, HasSubstr("the training data differ from the checkpoint's: 4000 samples, content digest "));
+  EXPECT_THAT(changed.output, HasSubstr(" then, 3999 samples, content digest "));
+  EXPECT_THAT(changed.output, HasSubstr("start a new run from the checkpoint's weights"));
+  // Put back, and the whole folder moved elsewhere: the run continues to the uninterrupted model.
+  fs::rename(dir_ / "aside.jpg", victim);
+  const fs::path moved = dir_ / "moved";
+  fs::rename(copy, moved);
+  const ProgramResult resumed = run("part", "--resume auto --set run.max_steps=8" + deterministic, moved, "epochs: 1");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(dp::testing::model_digest(resumed.output), dp::testing::model_digest(whole.output));
 }
 
 // The shipped ResNet-50 recipes log hyperparameters the MLPerf rules accept: a log made of
