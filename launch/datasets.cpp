@@ -88,6 +88,9 @@ TrainAndEvalData make_datasets(const Config& config, DataUse use) {
       }
     };
     auto train = open(d.root, true, "data.root");
+    DP_CHECK(!d.eval_root.empty() || fs::exists(eval_root), "data.eval_root is unset and data.root '", d.root,
+             "' has no eval/ folder (prepare-text --eval-fraction 0 writes none): set data.eval_root to evaluation ",
+             "shards made with the same vocabulary (dptrain prepare-text --vocab ", vocab_path, " ...)");
     auto eval = open(eval_root, false, d.eval_root.empty() ? "data.eval_root (unset: data.root/eval)" : "data.eval_root");
     data.train_text = train.get();
     data.eval_text = eval.get();

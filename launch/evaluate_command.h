@@ -24,7 +24,8 @@
 // Over several ranks each evaluates its shard (the sums are added, as in training) after the
 // model is broadcast from rank 0, whose file is the one named in the output. What shapes only
 // training does not constrain the evaluation: data.batch_size need not divide by the ranks (it
-// is rounded up for the unused training loader), distributed.shards and run.cuda_graphs are off. The result is one
+// is rounded up for the unused training loader), distributed.shards and run.cuda_graphs are off,
+// and a text run's pre-allocation pass (a training step's forward and backward) is not made. The result is one
 // line (or with --json one JSON object) on rank 0's standard output; nothing is written to
 // run.output_dir, so evaluating never moves an earlier run's files aside.
 #pragma once

@@ -1,8 +1,13 @@
 #include "launch/prepare_text.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -16,12 +21,47 @@ namespace dp {
 
 namespace {
 
+namespace fs = std::filesystem;
+
+// NOTE [ prepare-text's output ]
+// <out> appears whole or not at all: everything (training shards, eval/, vocab.txt) is written
+// under "<out>.prepare.<pid>" beside it, which is renamed to <out> at the end. A failure removes
+// the folder; a process killed meanwhile (Ctrl-C, SIGKILL) leaves only it, never a partial <out>,
+// and the next prepare-text for the same <out> removes the ones whose process is gone.
+std::string staging_prefix(const fs::path& target) { return target.filename().string() + ".prepare."; }
+
+void remove_abandoned_staging(const fs::path& target, std::FILE* out) {
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = staging_prefix(target);
+  std::error_code ec;
+  std::vector<fs::path> abandoned;
+  for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // "<out>.prepare.<pid>" (or its own "<...>.tmp.<pid>" while the shards were being written)
+    const std::string rest = name.substr(prefix.size());
+    const size_t digits = rest.find_first_not_of("0123456789");
+    if (digits == 0 || rest.empty()) continue;
+    const long pid = std::stol(rest.substr(0, digits));
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;  // still running
+    abandoned.push_back(e.path());
+  }
+  for (const fs::path& dir : abandoned) {
+    fs::remove_all(dir, ec);
+    std::fprintf(out, "prepare-text: removed %s, left by a prepare-text that did not finish\n", dir.c_str());
+  }
+}
+
 int prepare(const PrepareTextArgs& args, std::FILE* out) {
   using namespace dp::text;
-  namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   DP_CHECK(!args.out.empty(), "--out is required (the shard folder to create)");
-  DP_CHECK(!fs::exists(args.out), "'", args.out,
+  fs::path target = fs::path(args.out).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/" is "out"
+  DP_CHECK(!target.empty() && target.filename() != "." && target.filename() != "..", "--out '", args.out,
+           "' does not name a new folder");
+  std::error_code ec;
+  DP_CHECK(!fs::exists(fs::symlink_status(target, ec)), "'", args.out,
            "' exists already; choose a new --out (shards are never overwritten)");
   std::vector<std::string> inputs = args.inputs;
   const bool builtin = inputs.empty();
@@ -39,16 +79,27 @@ int prepare(const PrepareTextArgs& args, std::FILE* out) {
 
   std::shared_ptr<Vocabulary> vocab;
   std::string vocab_note;
+  const std::string vocab_path = (target / "vocab.txt").string();
   if (args.vocab.empty()) {
+    // Building the vocabulary reads the corpus once, tokenizing it a second time.
+    for (const std::string& input : inputs) {
+      const fs::file_status status = fs::status(input, ec);
+      DP_CHECK(!fs::exists(status) || fs::is_regular_file(status) || fs::is_directory(status), "'", input,
+               "' is a pipe or device, which can be read only once, and building the vocabulary reads the corpus ",
+               "twice: give a file (e.g. save the stream first), or a vocabulary with --vocab");
+    }
     vocab = std::make_shared<Vocabulary>(build_vocabulary(inputs, format, static_cast<size_t>(args.vocab_words), basic));
+    vocab->set_source(vocab_path);  // where it will be: the shards' meta.json names it
     vocab_note = "built from the corpus";
   } else {
     vocab = std::make_shared<Vocabulary>(Vocabulary::load(args.vocab));
     vocab_note = args.vocab;
   }
-  // Sequences need [CLS] and [SEP]; training masks with [MASK]: a vocab without them is refused now.
+  // Sequences need [CLS] and [SEP], training pads with [PAD] and masks with [MASK]: a vocab
+  // without them is refused now.
   vocab->cls_id();
   vocab->sep_id();
+  vocab->pad_id();
   vocab->mask_id();
   const Tokenizer tokenizer(vocab, tokenizer_options);
   const TokenizedCorpus corpus = tokenize_files(inputs, format, tokenizer);
@@ -73,17 +124,27 @@ int prepare(const PrepareTextArgs& args, std::FILE* out) {
   DP_CHECK(args.sequences_per_shard > 0, "--sequences-per-shard must be positive, got ",
            args.sequences_per_shard);
   const TextShardProvenance provenance{format, sequence_options, corpus.files};
-  fs::create_directories(fs::path(args.out).parent_path().empty() ? fs::path(".") : fs::path(args.out).parent_path());
-  const std::vector<std::string> shards =
-      write_text_shards(args.out, sequences, *vocab, provenance, static_cast<size_t>(args.sequences_per_shard));
-  try {  // <out> is ours from here: a failure removes it whole, nothing is left half-written
+  // NOTE [ prepare-text's output ]
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  fs::create_directories(parent, ec);
+  DP_CHECK(!ec, "--out: cannot create the folder '", parent.string(), "': ", ec.message());
+  remove_abandoned_staging(target, out);
+  const fs::path staging = parent / (staging_prefix(target) + std::to_string(::getpid()));
+  size_t shards = 0;
+  try {
+    shards = write_text_shards(staging.string(), sequences, *vocab, provenance,
+                               static_cast<size_t>(args.sequences_per_shard)).size();
     if (held_out > 0)
-      write_text_shards((fs::path(args.out) / "eval").string(), eval_sequences, *vocab, provenance,
+      write_text_shards((staging / "eval").string(), eval_sequences, *vocab, provenance,
                         static_cast<size_t>(args.sequences_per_shard));
-    if (args.vocab.empty()) write_vocabulary((fs::path(args.out) / "vocab.txt").string(), *vocab);
+    if (args.vocab.empty()) write_vocabulary((staging / "vocab.txt").string(), *vocab);
+    // rename(2) would replace an empty folder made meanwhile: it must not.
+    DP_CHECK(!fs::exists(fs::symlink_status(target, ec)), "'", args.out, "' appeared while the shards were being ",
+             "written (another prepare-text?); it is kept as it is");
+    DP_CHECK(::rename(staging.c_str(), target.c_str()) == 0, "cannot rename '", staging.string(), "' to '",
+             target.string(), "': ", std::strerror(errno));
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(args.out, ignored);
+    fs::remove_all(staging, ec);
     throw;
   }
 
@@ -103,8 +164,8 @@ int prepare(const PrepareTextArgs& args, std::FILE* out) {
                vocab->size(), vocab_note.c_str(), args.vocab.empty() ? " (written to <out>/vocab.txt)" : "",
                sequences.size(), args.max_seq_length,
                sequences.size() ? static_cast<double>(sequences.ids.size()) / static_cast<double>(sequences.size()) : 0.0,
-               shards.size(), shards.size() == 1 ? "shard" : "shards", args.out.c_str(), seconds, held_out,
-               eval_sequences.size(), held_out > 0 ? (fs::path(args.out) / "eval").c_str() : "(none: --eval-fraction 0)");
+               shards, shards == 1 ? "shard" : "shards", target.c_str(), seconds, held_out,
+               eval_sequences.size(), held_out > 0 ? (target / "eval").c_str() : "(none: --eval-fraction 0)");
   return 0;
 }
 

@@ -40,6 +40,16 @@ std::optional<double> number_at(const json& object, const char* key) {
   return it->get<double>();
 }
 
+// A count (ranks, nodes, a batch): a whole number from 1 to 2^53, checked as a double (casting
+// one beyond int64's range is undefined); absent: nullopt.
+std::optional<int64_t> count_at(const json& object, const char* key, const std::string& where) {
+  const std::optional<double> v = number_at(object, key);
+  if (!v) return std::nullopt;
+  DP_CHECK(*v >= 1 && *v <= 9007199254740992.0 && *v == std::floor(*v), "scaling-report: ", where, ": ", key, " ",
+           object.at(key).dump(), " is not a count (a whole number from 1)");
+  return static_cast<int64_t>(*v);
+}
+
 std::string string_at(const json& object, const char* key, const std::string& fallback = "") {
   const auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : fallback;
@@ -85,7 +95,7 @@ RunSummary summarize_run(const std::string& run, int skip_records) {
     json record;
     try {
       record = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
       throw Error(detail::concat("scaling-report: ", s.path, " line ", line_number, ": not a JSON object (",
                                  e.what(), "); is this a dptrain metrics file?"));
     }
@@ -99,12 +109,11 @@ RunSummary summarize_run(const std::string& run, int skip_records) {
       s.device = string_at(record, "device");
       s.precision = string_at(record, "precision", "fp32");
       s.grad_dtype = string_at(record, "grad_dtype", "fp32");
-      s.ranks = static_cast<int64_t>(number_at(record, "world_size").value_or(1));
-      DP_CHECK(s.ranks >= 1, "scaling-report: ", s.path, " line ", line_number, ": world_size ", s.ranks,
-               " is not a number of ranks");
-      if (auto v = number_at(record, "nodes")) s.nodes = static_cast<int64_t>(*v);
-      if (auto v = number_at(record, "global_batch")) s.global_batch = static_cast<int64_t>(*v);
-      if (auto v = number_at(record, "per_rank_batch")) s.per_rank_batch = static_cast<int64_t>(*v);
+      const std::string where = detail::concat(s.path, " line ", line_number);
+      s.ranks = count_at(record, "world_size", where).value_or(1);
+      if (auto v = count_at(record, "nodes", where)) s.nodes = *v;
+      if (auto v = count_at(record, "global_batch", where)) s.global_batch = *v;
+      if (auto v = count_at(record, "per_rank_batch", where)) s.per_rank_batch = *v;
       if (string_at(record, "unit") == "sequences") text = true;
       continue;
     }
@@ -194,6 +203,7 @@ ScalingReport make_scaling_report(std::vector<RunSummary> runs, const std::strin
       batches_known = false;
     }
   }
+  r.batches_known = batches_known;
   if (ranks.size() == 1)
     r.kind = "same size";
   else if (batches_known && global.size() == 1)
@@ -320,8 +330,10 @@ std::string headline(const ScalingReport& r) {
     os << "weak scaling: batch " << *b.per_rank_batch << " per rank in every run";
   else if (r.kind == "same size")
     os << "every run on " << b.ranks << (b.ranks == 1 ? " rank" : " ranks");
-  else
+  else if (r.batches_known)
     os << "batches differ between runs";
+  else
+    os << "batches not known for every run";
   os << "; baseline " << b.label << " (" << b.ranks << (b.ranks == 1 ? " rank" : " ranks") << ")";
   return os.str();
 }

@@ -72,7 +72,8 @@ struct ScalingReport {
   std::vector<RunSummary> runs;  // in the order given
   size_t baseline = 0;           // index into runs
   std::vector<double> speedup, efficiency;  // per run
-  std::string kind;              // "strong", "weak" or "mixed"
+  std::string kind;              // "strong", "weak", "same size" or "mixed"
+  bool batches_known = true;     // every run's global and per-rank batch recorded (not token batching)
   std::vector<std::string> warnings;
 };
 

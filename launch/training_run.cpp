@@ -206,6 +206,12 @@ DataPlan plan_text_data(const Config& config, const text::MlmDataset& train, con
   DP_CHECK(config.distributed.shards == 0, "distributed.shards is for image batches; a text run balances its "
            "token batches over the ranks itself (data.balance): leave distributed.shards at 0");
   DP_CHECK(!config.distributed.sync_batchnorm, "distributed.sync_batchnorm: BERT has no BatchNorm; turn it off");
+  // Masking picks only ordinary tokens ([CLS], [SEP], [PAD], [MASK] are never targets): text of
+  // special tokens alone would train on nothing and evaluate nothing.
+  for (const text::MlmDataset* set : {&train, &eval})
+    DP_CHECK(set->total_targets() > 0, set->description(), ": ", set->size(), " sequence",
+             set->size() == 1 ? "" : "s", " but no token to predict: masking chooses among ordinary tokens, and ",
+             "these hold only [CLS], [SEP], [PAD] and [MASK] (data.mask_prob ", d.mask_prob, ")");
   TokenBatchingOptions o = token_batching_options(config, train, world_size);
   o.name_sequence = sequence_namer(train);
   const std::vector<int32_t> lengths(train.lengths().begin(), train.lengths().end());
@@ -417,7 +423,8 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   r.model->train();
   if (r.data.train_text) {
     r.objective = std::make_unique<MaskedLmObjective>(config.data.packing == "greedy", r.world_size);
-    r.preallocation_seconds = preallocate(r, config);  // NOTE [ Pre-allocation ]
+    // (Not for evaluation alone: it trains nothing, and its batches are the evaluation loader's.)
+    if (use == DataUse::Training) r.preallocation_seconds = preallocate(r, config);  // NOTE [ Pre-allocation ]
   } else {
     // run.channels_last: auto is channels-last on a GPU, NCHW on the CPU (NOTE [ Channels-last ];
     // measured in bench/RESULTS.md).
@@ -584,7 +591,7 @@ Evaluation evaluate(TrainingRun& run) {
   std::vector<double> values{loss_sum.item<double>(), correct.item<double>(), count.item<double>()};
   if (top5) values.push_back(correct_top5.defined() ? correct_top5.item<double>() : 0.0);
   const std::vector<double> totals = sum_over_ranks(run.group, values, run.cpu);
-  DP_CHECK(totals[2] > 0, "evaluation: the test set gave no batches");
+  DP_CHECK(totals[2] > 0, "evaluation: the test set gave nothing to score (no batch, or no predicted token)");
   Evaluation e{totals[0] / totals[2], totals[1] / totals[2], totals[2]};
   if (top5) e.accuracy_top5 = totals[3] / totals[2];
   return e;

@@ -129,7 +129,8 @@ struct TrainingRun {
 
 // Builds every part of a run from `config` (NOTE [ Run builder ]). In a distributed run every
 // rank calls it; the model is broadcast from rank 0. Throws dp::Error naming config keys.
-// `use`: DataUse::EvaluationOnly for `dptrain evaluate` (launch/datasets.h).
+// `use`: DataUse::EvaluationOnly for `dptrain evaluate`: an image folder without train/ will do
+// (launch/datasets.h), and a text run makes no pre-allocation pass.
 std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, const RunWorld& world,
                                        DataUse use = DataUse::Training);
 

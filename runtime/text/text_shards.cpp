@@ -413,7 +413,8 @@ TextShard TextShard::open(const std::string& dir, const Vocabulary& expected) {
            " was made with another vocabulary (fingerprint ", hex_digest(m.vocab_fingerprint), ", ", m.vocab_size,
            " tokens, vocab.txt of ", m.vocab_source, "); this run's vocab ", expected.source(), " has fingerprint ",
            hex_digest(expected.fingerprint()), " (", expected.size(),
-           " tokens): run dptrain prepare-text again with data.vocab");
+           " tokens): set data.vocab to the vocabulary the shards were made with, or make the shards again with ",
+           "dptrain prepare-text --vocab ", expected.source());
 
   const std::string tokens_path = join(dir, kTextShardTokensFile);
   const std::string offsets_path = join(dir, kTextShardOffsetsFile);

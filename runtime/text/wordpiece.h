@@ -19,6 +19,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace dp::text {
@@ -58,6 +59,9 @@ class Vocabulary {
   size_t size() const { return tokens_.size(); }
   // Where the tokens came from, as messages name it: the path, or "(in memory)".
   const std::string& source() const { return source_; }
+  // Names it anew: a vocabulary built in memory by the path it is about to be written to (data
+  // shards record it, and messages name it).
+  void set_source(std::string source) { source_ = std::move(source); }
   const std::vector<std::string>& tokens() const { return tokens_; }
 
   // The id of `token`, or nullopt when the vocabulary lacks it. Does not allocate.

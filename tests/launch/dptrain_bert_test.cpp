@@ -233,6 +233,25 @@ TEST_F(Bert, BadTextInputIsOneClearError) {
   EXPECT_THAT(error_of("--set data.vocab=" + other), HasSubstr("data.root: "));
   EXPECT_THAT(error_of("--set model.name=small_cnn"), HasSubstr("data.dataset text trains a masked language model"));
   EXPECT_THAT(error_of("--set data.batching=max_tokens"), HasSubstr("data.max_tokens"));
+  // Shards without an evaluation split: the way out is data.eval_root.
+  const std::string vocab = shards() + "/vocab.txt";
+  const std::string no_eval = (scratch_.path() / "no_eval").string();
+  ASSERT_EQ(run_program(dptrain_binary() + " prepare-text --vocab " + vocab + " --eval-fraction 0 --out " + no_eval +
+                        " " + scratch_.write("words.txt", "The cat sat.\nA dog ran.\n"))
+                .exit_code,
+            0);
+  EXPECT_THAT(error_of("--set data.root=" + no_eval + " --set data.vocab=" + vocab),
+              HasSubstr("data.eval_root is unset and data.root '" + no_eval + "' has no eval/ folder"));
+  // Text of special tokens alone: nothing to predict, said before training.
+  const std::string specials = (scratch_.path() / "specials").string();
+  ASSERT_EQ(run_program(dptrain_binary() + " prepare-text --vocab " + vocab + " --eval-fraction 0.4 --out " +
+                        specials + " " +
+                        scratch_.write("specials.txt", "[MASK] [SEP]\n\n[CLS] [MASK]\n\n[PAD] [SEP]\n"))
+                .exit_code,
+            0);
+  const std::string nothing = error_of("--set data.root=" + specials + " --set data.vocab=" + vocab);
+  EXPECT_THAT(nothing, HasSubstr("but no token to predict: masking chooses among ordinary tokens"));
+  EXPECT_THAT(nothing, ::testing::Not(HasSubstr("epoch 1/")));
 }
 
 }  // namespace

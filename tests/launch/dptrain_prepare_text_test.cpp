@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "common/run_program.h"
 #include "common/scratch_dir.h"
@@ -97,12 +99,49 @@ TEST_F(PrepareText, BadInputIsOneClearError) {
   const std::string no_mask = scratch_.write("nomask.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhi\n");
   expect_error(prepare(text + " --vocab " + no_mask + " --out " + out("c")),
                "vocab " + no_mask + ": has no [MASK] token (needed for masked-LM masking)");
+  const std::string no_pad = scratch_.write("nopad.txt", "[UNK]\n[CLS]\n[SEP]\n[MASK]\nhi\n");
+  expect_error(prepare(text + " --vocab " + no_pad + " --out " + out("c")),
+               "vocab " + no_pad + ": has no [PAD] token (needed for padding sequences to a common length)");
+  // A stream can be read once; building a vocabulary reads the corpus twice. With --vocab it will do.
+  expect_error(dp::testing::run_program("cat " + text + " | " + dp::testing::dptrain_binary() +
+                                        " prepare-text /dev/stdin --out " + out("c")),
+               "'/dev/stdin' is a pipe or device, which can be read only once, and building the vocabulary reads "
+               "the corpus twice");
+  const auto piped = dp::testing::run_program("cat " + text + " | " + dp::testing::dptrain_binary() +
+                                              " prepare-text /dev/stdin --vocab " + vocab + " --out " + out("piped") +
+                                              " --eval-fraction 0");
+  EXPECT_EQ(piped.exit_code, 0) << piped.output;
   ASSERT_EQ(prepare(text + " --vocab " + vocab + " --out " + out("d") + " --eval-fraction 0").exit_code, 0);
   expect_error(prepare(text + " --vocab " + vocab + " --out " + out("d")),
                "'" + out("d") + "' exists already; choose a new --out (shards are never overwritten)");
   // A usage error (CLI11's) is not a run: a missing --out.
   EXPECT_NE(prepare(text).exit_code, 0);
   EXPECT_FALSE(fs::exists(out("a")) || fs::exists(out("b")) || fs::exists(out("c")));  // nothing half-written
+}
+
+// NOTE [ prepare-text's output ]: `--out dir/` names dir; a built vocabulary is recorded in the
+// shards' meta.json by the path it is written to; <out> appears whole (built beside it under
+// "<out>.prepare.<pid>" and renamed), and a staging folder whose process is gone is removed.
+TEST_F(PrepareText, TheOutputFolderAppearsWholeAndNamesItsVocabulary) {
+  std::string text;
+  for (int d = 0; d < 10; ++d) text += "The cat sat.\nA dog ran.\n\n";
+  const std::string corpus = scratch_.write("corpus.txt", text);
+  // A staging folder of a process that no longer exists (pids stay below 2^22 on Linux).
+  fs::create_directories(scratch_.path() / "shards.prepare.999999999" / "shard_00000");
+  const auto r = prepare(corpus + " --out " + out() + "/ --max-seq-length 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("removed " + (scratch_.path() / "shards.prepare.999999999").string() +
+                                  ", left by a prepare-text that did not finish"));
+  EXPECT_THAT(r.output, HasSubstr("under " + out() + ","));
+  std::vector<std::string> beside;
+  for (const auto& e : fs::directory_iterator(scratch_.path())) beside.push_back(e.path().filename().string());
+  std::sort(beside.begin(), beside.end());
+  EXPECT_EQ(beside, (std::vector<std::string>{"corpus.txt", "shards"}));
+  const std::string vocab = out() + "/vocab.txt";
+  const dp::text::TextDataset data = dp::text::TextDataset::open(out(), dp::text::Vocabulary::load(vocab));
+  EXPECT_THAT(dp::testing::read_text_file(fs::path(out()) / "shard_00000" / "meta.json"),
+              HasSubstr("\"source\": \"" + vocab + "\""));
+  EXPECT_GT(data.size(), 0u);
 }
 
 }  // namespace

@@ -186,6 +186,31 @@ TEST_F(ScalingReportTest, InputsThatAreNotARunsMetricsAreClearErrors) {
                         "--baseline elsewhere is not one of the runs given");
   const std::string idle = run("idle", 1, 64, {0, 0});
   EXPECT_ERROR_CONTAINS(make_scaling_report({summarize_run(idle)}), "has a throughput of 0 samples/s");
+  // Numbers a double cannot hold, and counts beyond any integer: errors naming the line.
+  const std::string huge = file("huge.jsonl", "{\"event\":\"start\",\"world_size\":1}\n"
+                                              "{\"event\":\"step\",\"samples_per_second\":1e400}\n");
+  EXPECT_ERROR_CONTAINS(summarize_run(huge), huge + " line 2: not a JSON object");
+  const std::string ranks = file("ranks.jsonl", "{\"event\":\"start\",\"world_size\":1e300}\n");
+  EXPECT_ERROR_CONTAINS(summarize_run(ranks), ranks + " line 1: world_size 1e+300 is not a count");
+  const std::string half = file("half.jsonl", "{\"event\":\"start\",\"world_size\":1,\"global_batch\":2.5}\n");
+  EXPECT_ERROR_CONTAINS(summarize_run(half), half + " line 1: global_batch 2.5 is not a count");
+}
+
+// Runs whose batches are not recorded (token batching): the headline says that, not that the
+// batches differ.
+TEST_F(ScalingReportTest, UnknownBatchesAreSaidSoInTheHeadline) {
+  auto text_run = [&](const std::string& name, int ranks) {
+    return file(name, nlohmann::json{{"event", "start"}, {"model", "bert"}, {"device", "cpu"}, {"world_size", ranks},
+                                     {"unit", "sequences"}}.dump() + "\n" +
+                          R"({"event":"step","step":10,"samples_per_second":50})" "\n"
+                          R"({"event":"step","step":20,"samples_per_second":100})" "\n");
+  };
+  const ScalingReport r = make_scaling_report({summarize_run(text_run("t1.jsonl", 1)),
+                                               summarize_run(text_run("t2.jsonl", 2))});
+  EXPECT_FALSE(r.batches_known);
+  const std::string text = render_scaling_report(r, "table");
+  EXPECT_THAT(text, HasSubstr("batches not known for every run"));
+  EXPECT_THAT(text, Not(HasSubstr("batches differ between runs")));
 }
 
 TEST_F(ScalingReportTest, TheSubcommandPrintsOrExitsTwoNamingTheFile) {

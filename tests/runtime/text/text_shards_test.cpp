@@ -213,7 +213,8 @@ TEST_F(TextShards, AnotherVocabularyIsRefused) {
   EXPECT_EQ(error_of([&] { TextShard::open(dir, swapped); }),
             "shard " + dir + " was made with another vocabulary (fingerprint " + hex_digest(vocab_->fingerprint()) +
                 ", 605 tokens, vocab.txt of (in memory)); this run's vocab (in memory) has fingerprint " +
-                hex_digest(swapped.fingerprint()) + " (605 tokens): run dptrain prepare-text again with data.vocab");
+                hex_digest(swapped.fingerprint()) + " (605 tokens): set data.vocab to the vocabulary the shards were made "
+                "with, or make the shards again with dptrain prepare-text --vocab (in memory)");
   // From files, the message names both vocab.txt files.
   const fs::path made_with = dir_ / "vocab_a.txt", used = dir_ / "vocab_b.txt";
   std::string text_a, text_b;
