@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -131,6 +133,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, const Checkpoint
                                      {"config_hash", hex_digest(checkpoint.config_hash)},
                                      {"facts", facts},
                                      {"files", files}};
+    if (std::isfinite(at.epoch_loss_sum)) manifest["epoch_loss_sum"] = at.epoch_loss_sum;  // JSON has no NaN
     manifest[kManifestDigest] = manifest_digest(manifest);
     write_manifest((fs::path(tmp) / kManifest).string(), manifest);
     fsync_path(tmp, /*directory=*/true);
@@ -190,6 +193,8 @@ Checkpoint load_checkpoint(const std::string& dir, Device device) {
     out.position.epoch = manifest.at("epoch").get<int64_t>();
     out.position.step_in_epoch = manifest.at("step_in_epoch").get<int64_t>();
     out.position.samples = manifest.value("samples", int64_t{-1});  // absent before it was counted
+    out.position.epoch_loss_sum =
+        manifest.value("epoch_loss_sum", std::numeric_limits<double>::quiet_NaN());  // absent: not known
     out.world_size = manifest.at("world_size").get<int>();
     DP_CHECK(out.position.step >= 0 && out.position.epoch >= 0 && out.position.step_in_epoch >= 0 &&
                  out.world_size >= 1,

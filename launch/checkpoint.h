@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ struct CheckpointPosition {
   // Samples (sequences for text) trained over all ranks since the start; -1: unknown (a
   // checkpoint written before dptrain counted them; only run.eval_every_samples needs it).
   int64_t samples = 0;
+  // The epoch's training loss so far, for its report: each rank's loss summed over the epoch's
+  // step_in_epoch steps, averaged over the ranks; NaN: not known (a checkpoint from before dptrain
+  // kept it; the resumed epoch then reports the mean over the steps it ran).
+  double epoch_loss_sum = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct Checkpoint {

@@ -40,16 +40,23 @@ bool move_without_replacing(const std::string& from, const std::string& to) {
 
 }  // namespace
 
-std::string keep_existing_file(const std::string& path) {
+bool check_output_file_path(const std::string& path, const std::string& key) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
-    DP_CHECK(errno == ENOENT, "cannot inspect '", path, "': ", std::strerror(errno));
-    return "";
+    DP_CHECK(errno == ENOENT, key, ": cannot inspect '", path, "': ", std::strerror(errno));
+    return false;
   }
-  DP_CHECK(!S_ISDIR(st.st_mode), "'", path, "' is an existing directory, not a metrics file; choose another ",
-           "run.metrics_file or run.output_dir (nothing was moved)");
-  DP_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "'", path, "' exists and is not a regular file; choose ",
-           "another run.metrics_file or run.output_dir (nothing was moved)");
+  DP_CHECK(!S_ISDIR(st.st_mode), key, ": '", path, "' is an existing directory, not a file; choose another ", key,
+           " or run.output_dir (nothing was moved)");
+  DP_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), key, ": '", path, "' exists and is not a regular file; ",
+           "choose another ", key, " or run.output_dir (nothing was moved)");
+  return true;
+}
+
+std::string keep_existing_file(const std::string& path, const std::string& key) {
+  if (!check_output_file_path(path, key)) return "";
+  struct stat st {};
+  DP_CHECK(lstat(path.c_str(), &st) == 0, key, ": cannot inspect '", path, "': ", std::strerror(errno));
   const std::string base = path + "." + utc_stamp(st.st_mtim);
   for (int n = 1; n < 10000; ++n) {
     const std::string kept = n == 1 ? base : base + "." + std::to_string(n);
@@ -65,7 +72,7 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   DP_CHECK(!ec, "cannot create directory '", p.parent_path().string(), "' for the metrics file: ", ec.message());
-  kept_previous_ = keep_existing_file(path);
+  kept_previous_ = keep_existing_file(path, "run.metrics_file");
   // O_EXCL: if something appeared at `path` since, fail rather than overwrite it.
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   DP_CHECK(fd >= 0, "cannot create metrics file '", path, "': ", std::strerror(errno));

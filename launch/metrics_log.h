@@ -38,7 +38,13 @@ class MetricsLog {
 // "<path>.<its modification time, UTC, YYYYmmddTHHMMSSZ>", or "...Z.2", ".3", ... when that name
 // is taken, and returns the new name; returns "" when nothing is at `path`. The move never
 // replaces anything (renameat2 RENAME_NOREPLACE, or link + unlink where the file system lacks
-// it). A directory or other non-file at `path` is an error, left untouched.
-std::string keep_existing_file(const std::string& path);
+// it). A directory or other non-file at `path` is an error naming `key` (the config key that
+// chose the path: "run.metrics_file"), left untouched.
+std::string keep_existing_file(const std::string& path, const std::string& key);
+
+// Whether a file that dptrain will write at `path` finds one there (to be kept aside); throws
+// naming `key` when a directory or another non-file is there (checked before a run trains, so
+// that its end does not fail).
+bool check_output_file_path(const std::string& path, const std::string& key);
 
 }  // namespace dp

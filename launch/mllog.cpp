@@ -81,11 +81,7 @@ MlLogger::MlLogger(const std::string& path, Clock clock) : path_(path), clock_(s
   std::error_code ec;
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   DP_CHECK(!ec, "cannot create directory '", p.parent_path().string(), "' for the MLLOG file: ", ec.message());
-  // keep_existing_file's own messages speak of the metrics file: say it for this file first.
-  const fs::file_status st = fs::symlink_status(p, ec);
-  DP_CHECK(!fs::exists(st) || fs::is_regular_file(st) || fs::is_symlink(st), "MLLOG file '", path,
-           "' exists and is not a regular file; choose another path (nothing was moved)");
-  kept_previous_ = keep_existing_file(path);
+  kept_previous_ = keep_existing_file(path, "logging.mllog");
   // O_EXCL: if something appeared at `path` since, fail rather than overwrite it.
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   DP_CHECK(fd >= 0, "cannot create MLLOG file '", path, "': ", std::strerror(errno));

@@ -105,6 +105,7 @@ Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const Chec
   Checkpoint c;
   c.position = position;
   c.world_size = run.world_size;
+  c.config_hash = Fnv1a().text(resume_relevant_config(config)).value();
   c.facts = {{"model", config.model.name},
              {"num_classes", std::to_string(config.model.num_classes)},
              {"optimizer", config.optimizer.name},

@@ -18,9 +18,11 @@
 // computation whatever the world size (NOTE [ Fixed shards ]), and any world size dividing it
 // may continue. The data must be the same: the checkpoint records each set's size and content
 // digest (Dataset::content_digest: an image folder's classes and paths below its split folder,
-// so the folder may move), since one file more or less changes every later epoch's order. The metrics records so far travel in the checkpoint too. What is not saved: the
-// partial sums of the interrupted epoch's reported train loss (the resumed epoch reports the
-// mean over the steps it ran) and the loss-scale skip counts.
+// so the folder may move), since one file more or less changes every later epoch's order.
+// The metrics records so far travel in the checkpoint too, and so does the interrupted epoch's
+// loss summed so far (CheckpointPosition::epoch_loss_sum), so the resumed epoch reports the whole
+// epoch's loss. What is not saved: the loss-scale skip counts, and the epoch's time (a resumed
+// epoch's throughput is that of the steps it ran).
 #pragma once
 
 #include <string>

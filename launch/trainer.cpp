@@ -441,7 +441,11 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(4);
-  os << "epoch " << e.epoch << "/" << config.run.epochs << ": train loss " << e.train_loss;
+  os << "epoch " << e.epoch << "/" << config.run.epochs << ": train loss ";
+  if (!e.train_loss_known)
+    os << "not known (resumed at the epoch's end from a checkpoint that did not keep it)";
+  else
+    os << e.train_loss;
   if (!std::isnan(e.test_accuracy)) {
     os.precision(2);
     os << ", test accuracy " << 100.0 * e.test_accuracy << " %";
@@ -451,8 +455,11 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
     if (!std::isnan(e.test_accuracy_top5)) os << ", top-5 " << 100.0 * e.test_accuracy_top5 << " %";
   }
   os.precision(1);
-  os << ", " << e.train_seconds << " s, " << e.samples_per_second
-     << (run.plan.token_batching ? " sequences/s" : " samples/s");
+  if (e.steps_run > 0)
+    os << ", " << e.train_seconds << " s, " << e.samples_per_second
+       << (run.plan.token_batching ? " sequences/s" : " samples/s");
+  else
+    os << ", no step left to run after the resume";
   console.line(os.str());
   profiler.flush();
   console.line("  step time: " + profiler.summary());
@@ -478,8 +485,11 @@ void report_epoch(const Config& config, const TrainingRun& run, Console& console
   }
   if (metrics) {
     nlohmann::json rec = {{"event", "epoch"},          {"epoch", e.epoch},
-                          {"train_loss", e.train_loss}, {"seconds", e.train_seconds},
-                          {"samples_per_second", e.samples_per_second}, {"peak_rss_mib", peak_rss_mib()}};
+                          {"train_loss", e.train_loss_known ? nlohmann::json(e.train_loss) : nlohmann::json()},
+                          {"seconds", e.train_seconds}, {"steps", e.steps_run},
+                          {"samples_per_second",
+                           e.steps_run > 0 ? nlohmann::json(e.samples_per_second) : nlohmann::json()},
+                          {"peak_rss_mib", peak_rss_mib()}};
     if (!std::isnan(e.test_accuracy)) {
       rec["test_accuracy"] = e.test_accuracy;
       rec["test_loss"] = e.test_loss;
@@ -604,7 +614,7 @@ void report_end(const Config& config, const TrainingRun& run, Console& console, 
 void save_final_weights(const Config& config, TrainingRun& run, Console& console, TrainReport& report) {
   const nvtx::ScopedRange range("save weights");  // NOTE [ NVTX ranges ]
   const std::string path = (std::filesystem::path(config.run.output_dir) / config.run.weights_file).string();
-  const std::string kept = keep_existing_file(path);
+  const std::string kept = keep_existing_file(path, "run.weights_file");
   if (!kept.empty()) console.line("an earlier run's " + path + " is kept as " + kept);
   const Clock::time_point start = Clock::now();
   save_tensors(path, run.model->state_dict(), model_file_metadata(config, run, report.steps, report.model_digest));
@@ -628,8 +638,10 @@ class Checkpointer {
       const std::string aside = dir_ + ".earlier." + std::to_string(k);
       if (std::filesystem::exists(aside)) continue;
       std::filesystem::rename(dir_, aside);
-      console_.line("an earlier run's checkpoints " + dir_ + " are kept as " + aside + " (--resume auto continues "
-                    "from them instead)");
+      const std::vector<std::string> kept = list_checkpoints(aside);
+      console_.line("an earlier run's checkpoints " + dir_ + " are kept as " + aside +
+                    (kept.empty() ? std::string()
+                                  : " (to continue that run instead: --resume " + kept.back() + ")"));
       return;
     }
     throw Error("cannot keep the earlier checkpoints " + dir_ + ": 9999 kept copies exist already");
@@ -824,7 +836,8 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   }
   for (int64_t epoch = start.epoch + 1; epoch <= config.run.epochs && !stop; ++epoch) {
     if (!by_samples) mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
-    const int64_t first_step = epoch == start.epoch + 1 ? start.step_in_epoch : 0;  // resumed mid-epoch
+    const bool resumed_epoch = epoch == start.epoch + 1;
+    const int64_t first_step = resumed_epoch ? start.step_in_epoch : 0;  // resumed mid-epoch
     run.train_loader->begin_epoch(epoch - 1, first_step);
     profiler.reset();
     if (run.reducer) run.reducer->take_device_comm_time();  // the last epoch's stragglers: not this epoch's
@@ -832,8 +845,20 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     const Clock::time_point epoch_start = Clock::now();
     ProgressWindow window;
     window.reset(run.device);
-    Tensor epoch_loss = zeros({}, kFloat64, run.device);  // summed on the device: no per-step sync
+    // Summed on the device (no per-step sync); a resumed epoch starts from its checkpoint's sum,
+    // the ranks' mean (NOTE [ Resuming a run ]), so its report covers the whole epoch.
+    const bool loss_before_known = first_step == 0 || std::isfinite(start.epoch_loss_sum);
+    Tensor epoch_loss = scalar_tensor(first_step > 0 && loss_before_known ? start.epoch_loss_sum : 0.0, kFloat64,
+                                      run.device);
     int64_t epoch_samples = 0, step_in_epoch = first_step;
+    // Where the run stands, as a checkpoint records it: every rank calls it (the loss so far is
+    // averaged over the ranks), at the same step.
+    auto position = [&] {
+      const double loss_sum =
+          loss_before_known ? sum_over_ranks(run.group, {epoch_loss.item<double>()}, run.cpu)[0] / world_size
+                            : std::numeric_limits<double>::quiet_NaN();
+      return CheckpointPosition{step, epoch - 1, step_in_epoch, samples_trained, loss_sum};
+    };
     // Asked no further than its epoch's batches, the loader ends each epoch without a step that
     // finds no batch (it would show in Nsight as a step range holding only data).
     const int64_t epoch_batches = run.train_loader->num_batches();
@@ -889,7 +914,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
       if (by_samples && samples_trained >= next_eval_at) evaluate_now(epoch);
       if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0) {
         const PhaseScope timed(profiler, Phase::Checkpoint);  // its cost shows in the step time
-        checkpointer.save({step, epoch - 1, step_in_epoch, samples_trained});
+        checkpointer.save(position());
       }
       if ((stop_signal = stop_vote.after_step())) break;
       if (stop) break;
@@ -897,7 +922,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     if (stop_signal) {
       // Preemption: the step boundary every rank agreed on is saved, then the run ends.
       const nvtx::ScopedRange range("checkpoint");
-      checkpointer.save({step, epoch - 1, step_in_epoch, samples_trained});
+      checkpointer.save(position());
       console.line(std::string("stopped by ") + StopSignals::name(stop_signal) + " after step " + std::to_string(step) +
                    " (epoch " + std::to_string(epoch) + ", step " + std::to_string(step_in_epoch) + " of " +
                    std::to_string(steps_per_epoch) + "); no evaluation; continue with --resume auto");
@@ -908,13 +933,17 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     EpochReport e;
     e.epoch = epoch;
     e.train_seconds = seconds_since(epoch_start);
-    // Mean over ranks of each rank's mean loss; samples counted over all ranks.
+    // Mean over ranks of each rank's mean loss (over the whole epoch where the checkpoint kept
+    // its sum so far, else over the steps this process ran); samples counted over all ranks.
+    e.steps_run = step_in_epoch - first_step;
+    const int64_t loss_steps = loss_before_known ? step_in_epoch : e.steps_run;
     const std::vector<double> totals = sum_over_ranks(
-        run.group, {epoch_loss.item<double>() / static_cast<double>(std::max<int64_t>(step_in_epoch - first_step, 1)),
+        run.group, {epoch_loss.item<double>() / static_cast<double>(std::max<int64_t>(loss_steps, 1)),
                     static_cast<double>(epoch_samples)},
         run.cpu);
-    e.train_loss = totals[0] / world_size;
-    e.samples_per_second = totals[1] / e.train_seconds;
+    e.train_loss_known = loss_steps > 0;
+    e.train_loss = e.train_loss_known ? totals[0] / world_size : std::numeric_limits<double>::quiet_NaN();
+    e.samples_per_second = e.steps_run > 0 ? totals[1] / e.train_seconds : std::numeric_limits<double>::quiet_NaN();
     // NOTE [ Evaluation schedule ]; always after the last epoch (once: not again right after
     // an evaluation by samples at this step).
     const bool scheduled = !by_samples && config.run.eval_every_epoch &&
@@ -931,7 +960,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     if (config.run.checkpoint_every_epochs > 0 && epoch % config.run.checkpoint_every_epochs == 0 &&
         epoch < config.run.epochs && !stop) {
       const nvtx::ScopedRange range("checkpoint");
-      checkpointer.save({step, epoch, 0, samples_trained});
+      checkpointer.save({step, epoch, 0, samples_trained, 0.0});
     }
   }
   if (!stop_signal) stop_vote.finish();  // the vote cast after the last step
@@ -972,6 +1001,16 @@ TrainReport train(const Config& config, Runtime& runtime, Console& console, Metr
     std::error_code ec;
     std::filesystem::create_directories(folder, ec);
     DP_CHECK(!ec, "run.weights_file: cannot create its folder '", folder.string(), "': ", ec.message());
+    check_output_file_path((std::filesystem::path(config.run.output_dir) / config.run.weights_file).string(),
+                           "run.weights_file");
+  }
+  if (rank0) {
+    // Any run may write a checkpoint (a signal stops it with one): its folder must be one.
+    const std::string checkpoints = checkpoints_dir(config);
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::status(checkpoints, ec);
+    DP_CHECK(!std::filesystem::exists(st) || std::filesystem::is_directory(st), "run.output_dir: '", checkpoints,
+             "' is not a folder, and checkpoints go there: move it away, or choose another run.output_dir");
   }
   MllogRun mllog;
   if (!config.logging.mllog.empty() && rank0)

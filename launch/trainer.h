@@ -21,8 +21,10 @@ namespace dp {
 struct EpochReport {
   int64_t epoch = 0;  // 1-based
   double train_loss = 0;
+  bool train_loss_known = true;  // false: resumed at the epoch's end from a checkpoint without its loss
   double train_seconds = 0;
-  double samples_per_second = 0;
+  double samples_per_second = 0;  // NaN when no step ran (resumed at the epoch's end)
+  int64_t steps_run = 0;     // steps this process ran in the epoch (fewer than the epoch's when resumed)
   double test_loss = 0;      // NaN when not evaluated
   double test_accuracy = 0;  // fraction; NaN when not evaluated
   double test_accuracy_top5 = std::numeric_limits<double>::quiet_NaN();  // NaN: not counted (NOTE [ Top-5 accuracy ])

@@ -203,7 +203,9 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   // A fresh run in the same folder keeps the earlier checkpoints under another name.
   const ProgramResult fresh = dptrain("--config " + cfg + " --set run.max_steps=2");
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
-  EXPECT_THAT(fresh.output, HasSubstr("are kept as " + (out() / "checkpoints.earlier.1").string()));
+  EXPECT_THAT(fresh.output, HasSubstr("are kept as " + (out() / "checkpoints.earlier.1").string() +
+                                      " (to continue that run instead: --resume " +
+                                      (out() / "checkpoints.earlier.1" / "step_000000003").string() + ")"));
   EXPECT_TRUE(fs::exists(out() / "checkpoints.earlier.1" / "step_000000003" / "checkpoint.json"));
 }
 
@@ -222,6 +224,39 @@ TEST_F(Resume, ADamagedNewestCheckpointNamesTheOlderOne) {
                                   "--resume " + older));
   const ProgramResult from_older = dptrain("--config " + cfg + " --set run.max_steps=3 --resume " + older);
   EXPECT_EQ(from_older.exit_code, 0) << from_older.output;
+}
+
+// "train loss 0.1234" of epoch `epoch`'s line; empty when absent.
+std::string epoch_train_loss(const std::string& output, int epoch) {
+  const size_t at = output.find("\nepoch " + std::to_string(epoch) + "/2: train loss ");
+  return at == std::string::npos ? "" : output.substr(at + 1, output.find(',', at) - at - 1);
+}
+
+// The checkpoint keeps the epoch's loss so far: a resumed epoch reports the loss of the whole
+// epoch, as the uninterrupted run does — also when the checkpoint is at the epoch's last step,
+// where the resumed run has no step of it left to run (and says so instead of a throughput).
+TEST_F(Resume, AResumedEpochReportsTheWholeEpochsLoss) {
+  const std::string cfg = config("optimizer: {name: sgd, lr: 0.05}\n");  // 30 steps an epoch
+  const ProgramResult whole = dptrain("--config " + cfg + " --set run.output_dir=" + (dir_ / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_THAT(epoch_train_loss(whole.output, 1), HasSubstr("train loss "));
+  // Stopped at the end of epoch 1 (its checkpoint is at step 30 of 30), then resumed.
+  ASSERT_EQ(dptrain("--config " + cfg + " --set run.max_steps=30 --set run.checkpoint_every=30").exit_code, 0);
+  const ProgramResult at_end = dptrain("--config " + cfg + " --resume auto");
+  ASSERT_EQ(at_end.exit_code, 0) << at_end.output;
+  EXPECT_THAT(at_end.output, HasSubstr("(epoch 1, step 30 of 30)"));
+  EXPECT_EQ(epoch_train_loss(at_end.output, 1), epoch_train_loss(whole.output, 1));
+  EXPECT_THAT(at_end.output, HasSubstr("no step left to run after the resume"));
+  EXPECT_EQ(epoch_train_loss(at_end.output, 2), epoch_train_loss(whole.output, 2));
+  EXPECT_THAT(dp::testing::read_text_file(out() / "metrics.jsonl"), HasSubstr("\"samples_per_second\":null"));
+  // Stopped inside epoch 2 (step 40), then resumed: epoch 2's loss is the whole epoch's.
+  fs::remove_all(out());
+  ASSERT_EQ(dptrain("--config " + cfg + " --set run.max_steps=40 --set run.checkpoint_every=40").exit_code, 0);
+  const ProgramResult inside = dptrain("--config " + cfg + " --resume auto");
+  ASSERT_EQ(inside.exit_code, 0) << inside.output;
+  EXPECT_THAT(inside.output, HasSubstr("(epoch 2, step 10 of 30)"));
+  EXPECT_EQ(epoch_train_loss(inside.output, 2), epoch_train_loss(whole.output, 2));
+  EXPECT_EQ(dp::testing::model_digest(inside.output), dp::testing::model_digest(whole.output));
 }
 
 // A checkpoint written before a configuration key existed: its run computed what the key's default

@@ -252,14 +252,29 @@ TEST_F(Robustness, AWeightsFileInASubfolderIsWrittenThereOrRefusedBeforeTraining
   expect_error(blocked, "run.weights_file: cannot create its folder '" + (out() / "taken").string() + "'");
   EXPECT_THAT(r.output, HasSubstr("epoch 1/"));
   EXPECT_THAT(blocked.output, ::testing::Not(HasSubstr("epoch 1/"))) << "refused before training";
+  // A directory where the file goes: refused before training too, naming the key.
+  fs::create_directories(out() / "dir.safetensors");
+  const ProgramResult directory = run("--config " + config("", "c3.yaml") + " --set run.weights_file=dir.safetensors");
+  expect_error(directory, "run.weights_file: '" + (out() / "dir.safetensors").string() +
+                              "' is an existing directory, not a file; choose another run.weights_file");
+  EXPECT_THAT(directory.output, ::testing::Not(HasSubstr("epoch 1/")));
+  // A file where the checkpoints' folder goes: any run may write a checkpoint (a signal stops it
+  // with one), so it is refused before training, not at the first save.
+  fs::remove_all(out() / "dir.safetensors");
+  std::ofstream(out() / "checkpoints") << "notes";
+  const ProgramResult checkpoints = run("--config " + config("", "c4.yaml") + " --resume auto");
+  expect_error(checkpoints, "run.output_dir: '" + (out() / "checkpoints").string() + "' is not a folder, and "
+                            "checkpoints go there");
+  EXPECT_THAT(checkpoints.output, ::testing::Not(HasSubstr("epoch 1/")));
+  EXPECT_EQ(dp::testing::read_text_file(out() / "checkpoints"), "notes");
 }
 
 TEST_F(Robustness, AMetricsFileThatIsADirectoryIsLeftAlone) {
   fs::create_directories(out() / "m" / "inside");
   std::ofstream(out() / "m" / "inside" / "keep.txt") << "mine";
   expect_error(run("--config " + config("") + " --set run.metrics_file=m"),
-               "is an existing directory, not a metrics file; choose another run.metrics_file or run.output_dir "
-               "(nothing was moved)");
+               "run.metrics_file: '" + (out() / "m").string() + "' is an existing directory, not a file; choose "
+               "another run.metrics_file or run.output_dir (nothing was moved)");
   EXPECT_EQ(dp::testing::read_text_file(out() / "m" / "inside" / "keep.txt"), "mine");
   EXPECT_EQ(std::distance(fs::directory_iterator(out()), fs::directory_iterator()), 1);
 }

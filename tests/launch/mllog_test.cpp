@@ -105,7 +105,7 @@ TEST(MllogWriter, DisabledLoggerWritesNothing) {
 
 TEST(MllogWriter, RefusesADirectoryAsTheFile) {
   const fs::path dir = testing::make_test_dir("mllog");
-  EXPECT_ERROR_CONTAINS(MlLogger(dir.string()), "exists and is not a regular file");
+  EXPECT_ERROR_CONTAINS(MlLogger(dir.string()), "logging.mllog: '" + dir.string() + "' is an existing directory, not a file");
   fs::remove_all(dir);
 }
 
