@@ -4,6 +4,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "runtime/autograd/grad_mode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/ops/creation.h"
@@ -91,6 +92,8 @@ std::string resume_relevant_config(const Config& config) {
 
 namespace {
 
+constexpr const char* kRankBuffersPrefix = "rank_buffers.";
+
 // The checkpoint facts naming the data the run read (NOTE [ Resuming a run ]).
 constexpr const char* kTrainingDataFact = "training_data";
 constexpr const char* kEvaluationDataFact = "evaluation_data";
@@ -101,7 +104,25 @@ std::string data_fact(const Dataset& data) {
 
 }  // namespace
 
-Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position) {
+NamedTensorList gather_rank_buffers(TrainingRun& run, const Config& config) {
+  NamedTensorList out;
+  if (run.world_size < 2 || config.distributed.buffer_sync != "average") return out;
+  for (const auto& [name, t] : run.model->named_buffers()) {
+    if (!is_floating(t.dtype())) continue;  // integer ones (num_batches_tracked) are equal on every rank
+    const Tensor mine = t.contiguous().reshape({t.numel()});
+    const Tensor all = empty({run.world_size * t.numel()}, t.dtype(), t.device());
+    run.model_group->all_gather(mine, all)->wait();
+    if (run.rank != 0) continue;
+    const Tensor host = all.to(run.cpu);
+    for (int r = 1; r < run.world_size; ++r)
+      out.emplace_back(detail::concat(kRankBuffersPrefix, r, ".", name),
+                       host.narrow(0, r * t.numel(), t.numel()).reshape(t.shape()).clone());
+  }
+  return out;
+}
+
+Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position,
+                              const NamedTensorList& rank_buffers) {
   Checkpoint c;
   c.position = position;
   c.world_size = run.world_size;
@@ -117,6 +138,7 @@ Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const Chec
   c.model_metadata = model_file_metadata(config, run, position.step, model_digest(*run.model, run.cpu));
   for (const auto& [name, t] : run.optimizer->state_dict()) c.state.emplace_back("optimizer." + name, t);
   for (const auto& [name, t] : run.scaler->state_dict()) c.state.emplace_back("scaler." + name, t);
+  for (const auto& entry : rank_buffers) c.state.push_back(entry);
   c.state.emplace_back("clock.steps", scalar_tensor(static_cast<double>(run.clock->steps()), kInt64, run.cpu));
   // Philox state: two 64-bit words, stored as int64 bit patterns (from_vector keeps all 64 bits).
   c.state.emplace_back("generator.seed",
@@ -174,6 +196,14 @@ CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, co
   }
   try {
     run.model->load_state_dict(checkpoint.model);
+    // buffer_sync average: this rank's own running statistics (gather_rank_buffers).
+    const NamedTensorList own = under(checkpoint.state, detail::concat(kRankBuffersPrefix, run.rank, "."));
+    if (!own.empty()) {
+      NoGradGuard no_grad;
+      for (const auto& [name, buffer] : run.model->named_buffers())
+        for (const auto& [saved_name, saved] : own)
+          if (saved_name == name) Tensor(buffer).copy_(saved);  // (a handle: the module's storage)
+    }
     run.optimizer->load_state_dict(under(checkpoint.state, "optimizer."));
     run.scaler->load_state_dict(under(checkpoint.state, "scaler."));
     run.clock->set_steps(entry(checkpoint.state, "clock.steps", where).item<int64_t>());

@@ -44,8 +44,17 @@ std::string checkpoints_dir(const Config& config);
 // reset to their defaults (so they never count as a difference).
 std::string resume_relevant_config(const Config& config);
 
-// Everything NOTE [ Resuming a run ] lists, at `position`.
-Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position);
+// distributed.buffer_sync average keeps each rank's floating-point buffers (BatchNorm's running
+// statistics) its own between evaluations, which average them: a checkpoint then keeps every
+// rank's, as "rank_buffers.<r>.<name>" for r >= 1 (rank 0's are the model's), and a resumed rank
+// takes its own back. Every rank calls it at the same point; rank 0 receives them, the others
+// nothing. Empty for one process and for buffer_sync broadcast (rank 0's are the only ones that
+// outlive the next evaluation).
+NamedTensorList gather_rank_buffers(TrainingRun& run, const Config& config);
+
+// Everything NOTE [ Resuming a run ] lists, at `position`; `rank_buffers` from gather_rank_buffers.
+Checkpoint capture_checkpoint(TrainingRun& run, const Config& config, const CheckpointPosition& position,
+                              const NamedTensorList& rank_buffers = {});
 
 // Checks `checkpoint` against this run (configuration, world size, model) and loads it into
 // `run`; returns the position to continue from. A dp::Error naming every difference otherwise.

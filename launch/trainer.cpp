@@ -657,9 +657,10 @@ class Checkpointer {
   std::string save(const CheckpointPosition& at) {
     if (at.step == last_step_) return "";
     last_step_ = at.step;
+    const NamedTensorList rank_buffers = gather_rank_buffers(run_, config_);  // every rank takes part
     if (run_.rank != 0) return "";
     const Clock::time_point start = Clock::now();
-    Checkpoint checkpoint = capture_checkpoint(run_, config_, at);
+    Checkpoint checkpoint = capture_checkpoint(run_, config_, at, rank_buffers);
     if (metrics_) checkpoint.facts[kMetricsFact] = metrics_->text();  // the records so far
     const std::string path = save_checkpoint(dir_, checkpoint);
     const double seconds = seconds_since(start);

@@ -372,6 +372,16 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
              " (each rank takes batch_size / world_size); choose a multiple of ", r.world_size);
     r.plan = plan_data(config, *r.data.train_images, r.eval_set(), r.world_size);  // NOTE [ Preflight ]
     r.fixed_shards = config.distributed.shards > 0;
+    // buffer_sync average averages each rank's own running statistics; the shards one rank trains
+    // share one set (only a step's first shard updates it), so S shards on fewer than S ranks would
+    // not compute what S ranks compute.
+    DP_CHECK(!r.fixed_shards || config.distributed.buffer_sync != "average" ||
+                 config.distributed.shards == r.world_size,
+             "distributed.shards ", config.distributed.shards, " on ", r.world_size, " rank",
+             r.world_size == 1 ? "" : "s", " with distributed.buffer_sync average: shards on one rank share one ",
+             "set of BatchNorm running statistics, so the average over the ranks would not be the one ",
+             config.distributed.shards, " ranks take. Use buffer_sync broadcast (rank 0's statistics, which the ",
+             "shards reproduce exactly), or as many ranks as shards");
     r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
                                  r.train_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
     r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,

@@ -59,7 +59,8 @@ struct RunWorld {
 // backward per shard, gradients accumulating; the all-reduce sums and every gradient is then
 // divided by S. BatchNorm normalises over each shard, as per-rank BatchNorm over an S-rank run,
 // and only a step's first shard updates the running statistics (the others' would not survive
-// the buffer broadcast from rank 0 anyway). The arithmetic of a shard therefore does not depend
+// the buffer broadcast from rank 0 anyway; with buffer_sync average they would, so that needs as
+// many ranks as shards). The arithmetic of a shard therefore does not depend
 // on W: with run.deterministic (rank-ordered sums) one process with S shards computes what S
 // ranks compute, bit for bit, given the same run.threads per process (a kernel's summation order
 // may depend on its thread count) and a model without dropout (one random stream per process).

@@ -190,8 +190,9 @@ uint64_t model_structure_hash(const nn::Module& model);
 void broadcast_model_from_rank0(nn::Module& model, ProcessGroup& group);
 
 // BatchNorm's running statistics differ across ranks (each saw its own shard). Before
-// evaluation or a checkpoint they are made equal: rank 0's copied everywhere, or floating-point
-// buffers averaged (integer ones, such as num_batches_tracked, are taken from rank 0).
+// evaluation they are made equal: rank 0's copied everywhere, or floating-point buffers averaged
+// (integer ones, such as num_batches_tracked, are taken from rank 0). (A checkpoint keeps rank
+// 0's, or with averaging every rank's: gather_rank_buffers in launch/run_checkpoint.h.)
 enum class BufferSync : uint8_t { Broadcast, Average };
 void sync_buffers(nn::Module& model, ProcessGroup& group, BufferSync mode);
 

@@ -226,6 +226,36 @@ TEST_F(Resume, ADamagedNewestCheckpointNamesTheOlderOne) {
   EXPECT_EQ(from_older.exit_code, 0) << from_older.output;
 }
 
+// distributed.buffer_sync average keeps each rank's BatchNorm statistics until an evaluation
+// averages them: the checkpoint keeps every rank's, so 2 ranks resume to the uninterrupted model
+// (with rank 0's statistics on both, epoch 1's test loss and the final digest differed). Fixed
+// shards on fewer ranks cannot keep them apart: refused.
+TEST_F(Resume, AveragedBatchNormStatisticsResumePerRank) {
+  const fs::path p = dir_ / "bn.yaml";
+  std::ofstream(p) << "run: {output_dir: " << out().string() << ", threads: 1, epochs: 2, deterministic: true}\n"
+                   << "data: {dataset: synthetic, synthetic_train_size: 256, synthetic_eval_size: 128, image_size: 32,"
+                   << " eval_image_size: 32, eval_resize_size: 32, batch_size: 32, mean: [0.5], std: [0.5]}\n"
+                   << "model: {name: resnet18}\n"
+                   << "distributed: {buffer_sync: average}\n";
+  const std::string two = dp::testing::mpirun(2) + dptrain_binary() + " --config " + p.string();
+  const ProgramResult whole = run_program(two + " --set run.output_dir=" + (dir_ / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_EQ(run_program(two + " --set run.max_steps=4 --set run.checkpoint_every=4").exit_code, 0);
+  const ProgramResult resumed = run_program(two + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("(epoch 1, step 4 of 8)"));
+  EXPECT_EQ(model_digest(resumed.output), model_digest(whole.output));
+  auto epoch1_test_loss = [](const std::string& output) {
+    const size_t at = output.find("(loss ", output.find("\nepoch 1/2: "));
+    return at == std::string::npos ? std::string() : output.substr(at, output.find(')', at) - at);
+  };
+  EXPECT_EQ(epoch1_test_loss(resumed.output), epoch1_test_loss(whole.output));
+  EXPECT_NE(epoch1_test_loss(whole.output), "");
+  const ProgramResult shards = dptrain("--config " + p.string() + " --set distributed.shards=2");
+  EXPECT_EQ(shards.exit_code, 1) << shards.output;
+  EXPECT_THAT(shards.output, HasSubstr("distributed.shards 2 on 1 rank with distributed.buffer_sync average"));
+}
+
 // "train loss 0.1234" of epoch `epoch`'s line; empty when absent.
 std::string epoch_train_loss(const std::string& output, int epoch) {
   const size_t at = output.find("\nepoch " + std::to_string(epoch) + "/2: train loss ");
