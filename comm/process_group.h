@@ -67,6 +67,10 @@ using WorkPtr = std::shared_ptr<Work>;
 
 // No tag: the collective is not tied to a bucket or other caller-side index.
 inline constexpr int64_t kNoTag = -1;
+// The barrier every rank enters after rank 0 writes a checkpoint (its file system may take
+// minutes): the MPI watchdog gives it its own timeout (MpiProcessGroupOptions::checkpoint_wait_timeout),
+// so a long save is not taken for a stalled rank.
+inline constexpr int64_t kCheckpointWaitTag = -6;
 
 class ProcessGroup {
  public:

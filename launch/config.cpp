@@ -509,6 +509,7 @@ Section<DistributedConfig> distributed_section() {
            field("find_unused_parameters", &DistributedConfig::find_unused_parameters, boolean()),
            field("buffer_sync", &DistributedConfig::buffer_sync, one_of(kBufferSyncs)),
            field("timeout_s", &DistributedConfig::timeout_s, watchdog_timeout()),
+           field("checkpoint_timeout_s", &DistributedConfig::checkpoint_timeout_s, watchdog_timeout()),
            field("check_agreement", &DistributedConfig::check_agreement, boolean()),
            field("grad_dtype", &DistributedConfig::grad_dtype, one_of(kGradDtypes)),
            field("sync_batchnorm", &DistributedConfig::sync_batchnorm, boolean()),

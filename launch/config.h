@@ -211,6 +211,7 @@ struct DistributedConfig {
   bool find_unused_parameters = false; // zero-fill parameters a step leaves without gradient
   std::string buffer_sync = "broadcast";  // BatchNorm statistics before evaluation: broadcast | average
   double timeout_s = 300;              // watchdog: a collective stuck this long aborts every rank (0: off)
+  double checkpoint_timeout_s = 3600;  // watchdog: the others' wait for rank 0's checkpoint write (0: no limit)
   bool check_agreement = true;         // ranks compare each collective's fingerprint before running it
   std::string grad_dtype = "fp32";     // gradients on the wire: fp32 | bf16 (PyTorch's bf16_compress_hook)
   bool sync_batchnorm = false;         // BatchNorm statistics over the global batch (nn.SyncBatchNorm)

@@ -124,7 +124,8 @@ EvaluateReport run_evaluate(const Config& recipe, Runtime& runtime, Console& con
                                     ? "the recipe's model bert " + config.model.size
                                     : detail::concat("the recipe's model ", config.model.name, " with ",
                                                      config.model.num_classes, " classes");
-      metadata = load_model_weights(*run.model, weights, run.cpu, from_init ? "model.init_from" : "--weights", model);
+      metadata = load_model_weights(*run.model, weights, run.cpu, from_init ? "model.init_from" : "--weights",
+                                    config.model.name, model);
     }
     // The labels must mean what they meant in training (the weights record its class names).
     if (run.data.eval_images)

@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
     if (world_size > 1) {
       dp::MpiProcessGroupOptions options;
       options.watchdog_timeout = timeout;
+      options.checkpoint_wait_timeout =
+          std::chrono::milliseconds(std::llround(config.distributed.checkpoint_timeout_s * 1000.0));
       options.rank_ordered_sums = config.run.deterministic;
       options.check_agreement = config.distributed.check_agreement;
       group = std::make_unique<dp::MpiProcessGroup>(*mpi, options);

@@ -76,6 +76,9 @@ std::string resume_relevant_config(const Config& config) {
   c.run.keep_checkpoints = defaults.run.keep_checkpoints;
   c.run.resume = defaults.run.resume;
   c.run.max_skipped_steps = defaults.run.max_skipped_steps;
+  c.run.target_accuracy = defaults.run.target_accuracy;  // when to stop, as max_steps
+  c.run.cpu_memory_limit_gib = defaults.run.cpu_memory_limit_gib;
+  c.run.check_host_syncs = defaults.run.check_host_syncs;  // checks, computes nothing
   c.data.root = defaults.data.root;
   c.data.loader_threads = defaults.data.loader_threads;
   c.data.prefetch = defaults.data.prefetch;
@@ -84,6 +87,7 @@ std::string resume_relevant_config(const Config& config) {
   c.distributed.first_bucket_mb = defaults.distributed.first_bucket_mb;
   c.distributed.bucket_mb = defaults.distributed.bucket_mb;
   c.distributed.timeout_s = defaults.distributed.timeout_s;
+  c.distributed.checkpoint_timeout_s = defaults.distributed.checkpoint_timeout_s;
   c.distributed.check_agreement = defaults.distributed.check_agreement;
   c.model.init_from = defaults.model.init_from;  // the checkpoint's weights replace it
   c.logging = defaults.logging;
@@ -191,8 +195,8 @@ CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, co
     DP_CHECK(config.distributed.shards > 0, where, ": written by ", checkpoint.world_size, " rank",
              checkpoint.world_size == 1 ? "" : "s", ", resumed on ", run.world_size,
              ": each rank's batch and BatchNorm statistics would change. Resume on ", checkpoint.world_size,
-             " ranks, or train with distributed.shards (NOTE [ Fixed shards ]), which lets any world size that ",
-             "divides it continue");
+             checkpoint.world_size == 1 ? " rank" : " ranks", " (a run that may change its world size needs ",
+             "distributed.shards from its start: any world size dividing it can then continue, NOTE [ Fixed shards ])");
   }
   try {
     run.model->load_state_dict(checkpoint.model);

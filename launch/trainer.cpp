@@ -623,8 +623,9 @@ void save_final_weights(const Config& config, TrainingRun& run, Console& console
   report.weights_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
 }
 
-// NOTE [ Resuming a run ] (launch/run_checkpoint.h): rank 0 writes, the others go on (their
-// next collective waits for it). One checkpoint per step at most.
+// NOTE [ Resuming a run ] (launch/run_checkpoint.h): rank 0 writes while the others wait for it
+// in a barrier the watchdog times by distributed.checkpoint_timeout_s. One checkpoint per step
+// at most.
 class Checkpointer {
  public:
   Checkpointer(const Config& config, TrainingRun& run, Console& console, const MetricsLog* metrics)
@@ -653,12 +654,23 @@ class Checkpointer {
     for (const std::string& dir : dp::remove_unfinished_saves(dir_))
       console_.line("removed " + dir + ", a save that never completed");
   }
-  // Writes one at `at` unless this step has one; returns its directory (rank 0) or "".
+  // Writes one at `at` unless this step has one; returns its directory (rank 0) or "". Every rank
+  // calls it at the same step.
   std::string save(const CheckpointPosition& at) {
     if (at.step == last_step_) return "";
     last_step_ = at.step;
     const NamedTensorList rank_buffers = gather_rank_buffers(run_, config_);  // every rank takes part
-    if (run_.rank != 0) return "";
+    std::string path;
+    if (run_.rank == 0) path = write(at, rank_buffers);
+    // The others wait here for rank 0's write, under the watchdog's checkpoint timeout
+    // (distributed.checkpoint_timeout_s), not inside their next collective, where a save longer
+    // than distributed.timeout_s would be taken for a stalled rank 0.
+    if (run_.group && run_.world_size > 1) run_.group->barrier(kCheckpointWaitTag)->wait();
+    return path;
+  }
+
+ private:
+  std::string write(const CheckpointPosition& at, const NamedTensorList& rank_buffers) {
     const Clock::time_point start = Clock::now();
     Checkpoint checkpoint = capture_checkpoint(run_, config_, at, rank_buffers);
     if (metrics_) checkpoint.facts[kMetricsFact] = metrics_->text();  // the records so far
@@ -674,7 +686,6 @@ class Checkpointer {
     return path;
   }
 
- private:
   const Config& config_;
   TrainingRun& run_;
   Console& console_;

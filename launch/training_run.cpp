@@ -428,7 +428,7 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   spec.zero_init_residual = config.model.zero_init_residual;
   r.model = build_model(spec, r.device, r.generator);
   if (!config.model.init_from.empty())
-    load_model_weights(*r.model, config.model.init_from, r.cpu, "model.init_from",
+    load_model_weights(*r.model, config.model.init_from, r.cpu, "model.init_from", spec.name,
                        detail::concat("model ", spec.name, " with ", spec.num_classes, " classes"));
   r.model->train();
   if (r.data.train_text) {
@@ -630,7 +630,7 @@ uint64_t model_digest(nn::Module& model, Device cpu) {
 }
 
 std::map<std::string, std::string> load_model_weights(nn::Module& model, const std::string& path, Device cpu,
-                                                      const std::string& origin,
+                                                      const std::string& origin, const std::string& model_name,
                                                       const std::string& model_description) {
   std::vector<nn::NamedTensor> weights;
   std::map<std::string, std::string> metadata;
@@ -639,6 +639,12 @@ std::map<std::string, std::string> load_model_weights(nn::Module& model, const s
   } catch (const Error& e) {
     throw Error(detail::concat(origin, ": ", e.what()));  // names the file and the problem
   }
+  // dptrain's own files name their model: another one is said as such, not as a list of tensors.
+  const auto format = metadata.find("format"), named = metadata.find("model");
+  DP_CHECK(format == metadata.end() || format->second != "dptrain model weights" || named == metadata.end() ||
+               named->second == model_name,
+           origin, ": ", path, " holds the weights of model ", named == metadata.end() ? "" : named->second,
+           ", not of ", model_description);
   try {
     model.load_state_dict(weights);
   } catch (const Error& e) {

@@ -177,8 +177,9 @@ uint64_t model_digest(nn::Module& model, Device cpu);
 // loaded model must have it, or the file changed since it was written (an error). `origin` opens
 // every message ("model.init_from", "--weights"); `model_description` names the model in them.
 // Returns the file's metadata (safetensors' __metadata__; empty for a file without).
+// `model_name` is model.name: a file dptrain wrote for another model is refused as such.
 std::map<std::string, std::string> load_model_weights(nn::Module& model, const std::string& path, Device cpu,
-                                                      const std::string& origin,
+                                                      const std::string& origin, const std::string& model_name,
                                                       const std::string& model_description);
 
 // The metadata of a model file dptrain writes (run.weights_file, a checkpoint's model): format,

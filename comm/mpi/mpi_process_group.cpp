@@ -60,6 +60,8 @@ int as_mpi_count(int64_t count) { return static_cast<int>(count); }  // range ch
 
 MpiProcessGroup::MpiProcessGroup(MpiEnvironment& mpi, MpiProcessGroupOptions options)
     : mpi_(mpi), options_(options) {
+  DP_CHECK(options_.checkpoint_wait_timeout.count() >= 0, "MpiProcessGroup: checkpoint_wait_timeout must be ",
+           "positive, or zero for no limit (got ", options_.checkpoint_wait_timeout.count(), " ms)");
   DP_CHECK(options_.watchdog_timeout.count() >= 0, "MpiProcessGroup: watchdog_timeout must be "
            "positive, or zero to disable the watchdog (got ", options_.watchdog_timeout.count(), " ms)");
   mpi_.add_process_group();
@@ -77,7 +79,7 @@ MpiProcessGroup::MpiProcessGroup(MpiEnvironment& mpi, MpiProcessGroupOptions opt
   if (options_.watchdog_timeout.count() > 0) {
     try {
       watchdog_ = std::make_unique<MpiWatchdog>(std::exchange(watchdog_comm_, MPI_COMM_NULL), rank_, size_,
-                                                options_.watchdog_timeout);
+                                                options_.watchdog_timeout, options_.checkpoint_wait_timeout);
     } catch (...) {
       stop_communication_thread();
       mpi_.remove_process_group();

@@ -56,6 +56,9 @@ struct MpiProcessGroupOptions {
   // A collective inside MPI for longer than this aborts the job, naming the ranks that stopped
   // making progress (NOTE [ MPI watchdog ]). Zero disables the watchdog.
   std::chrono::milliseconds watchdog_timeout = std::chrono::seconds(300);
+  // The same for the barrier tagged kCheckpointWaitTag (the others waiting for rank 0's checkpoint
+  // write); zero: no limit for it.
+  std::chrono::milliseconds checkpoint_wait_timeout = std::chrono::hours(1);
   bool rank_ordered_sums = false;  // NOTE [ Rank-ordered sums ]
 };
 

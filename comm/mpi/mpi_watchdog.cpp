@@ -10,6 +10,7 @@
 
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/wire_fingerprint.h"
+#include "comm/process_group.h"
 
 namespace dp {
 namespace {
@@ -55,11 +56,13 @@ struct MpiWatchdog::PendingReply {
   Report report;  // the send's buffer: lives until the send completes
 };
 
-MpiWatchdog::MpiWatchdog(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
+MpiWatchdog::MpiWatchdog(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout,
+                         std::chrono::milliseconds checkpoint_wait_timeout)
     : comm_(comm),
       rank_(rank),
       size_(size),
       timeout_(timeout),
+      checkpoint_wait_timeout_(checkpoint_wait_timeout),
       // Fine enough to keep the timeout accurate, coarse enough to cost nothing (one MPI_Test).
       poll_(std::clamp(timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(100))),
       grace_(std::clamp(timeout / 10, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000))),
@@ -130,8 +133,12 @@ void MpiWatchdog::run() {
     wake_.wait_for(lock, poll_);
     if (stopping_) break;
     std::optional<Stuck> stuck;
-    if (const Clock::time_point now = Clock::now(); running_ && now - running_since_ >= timeout_) {
-      stuck = Stuck{*running_, running_fingerprint_, now - running_since_};
+    // The barrier after a checkpoint write waits on rank 0's file system: its own limit (0: none).
+    const std::chrono::milliseconds limit =
+        running_ && running_fingerprint_.tag == kCheckpointWaitTag ? checkpoint_wait_timeout_ : timeout_;
+    if (const Clock::time_point now = Clock::now();
+        running_ && limit.count() > 0 && now - running_since_ >= limit) {
+      stuck = Stuck{*running_, running_fingerprint_, now - running_since_, limit};
     }
     lock.unlock();
     serve_queries();
@@ -310,7 +317,11 @@ void MpiWatchdog::abort_job(const Stuck& stuck) {
   const std::string message = "dptrain watchdog: rank " + std::to_string(rank_) + " of " +
                               std::to_string(size_) + ": collective " + collective +
                               " has not completed after " + seconds_text(waited_ms) + " (timeout " +
-                              seconds_text(timeout_.count()) + "); " + verdict + ". Aborting the job.\n" +
+                              seconds_text(stuck.limit.count()) +
+                              (stuck.fingerprint.tag == kCheckpointWaitTag
+                                   ? ", waiting for rank 0 to write a checkpoint: distributed.checkpoint_timeout_s"
+                                   : "") +
+                              "); " + verdict + ". Aborting the job.\n" +
                               details;
   std::fputs(message.c_str(), stderr);  // one write, so ranks' messages do not interleave by line
   std::fflush(stderr);

@@ -55,7 +55,10 @@ class MpiWatchdog {
   // `comm`: the watchdog's own communicator, with the group's ranks (a duplicate of the group's),
   // now owned and freed by the watchdog; MPI_COMM_NULL when MPI lacks MPI_THREAD_MULTIPLE.
   // `timeout` must be positive. Starts the thread.
-  MpiWatchdog(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout);
+  // `checkpoint_wait_timeout` applies instead to a collective tagged kCheckpointWaitTag (zero: no
+  // limit for it).
+  MpiWatchdog(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout,
+              std::chrono::milliseconds checkpoint_wait_timeout = std::chrono::hours(1));
   // Stops the thread and frees the communicator. Destroy it after the communication thread has
   // stopped, so that the collectives run at the group's destruction are still watched.
   ~MpiWatchdog();
@@ -78,6 +81,7 @@ class MpiWatchdog {
     uint64_t sequence;
     CollectiveFingerprint fingerprint;
     Clock::duration waited;
+    std::chrono::milliseconds limit;  // the timeout it ran past
   };
 
   void run();
@@ -90,7 +94,7 @@ class MpiWatchdog {
 
   MPI_Comm comm_;
   const int rank_, size_;
-  const std::chrono::milliseconds timeout_, poll_, grace_;
+  const std::chrono::milliseconds timeout_, checkpoint_wait_timeout_, poll_, grace_;
 
   // Progress, guarded by mutex_; so is stopping_.
   mutable std::mutex mutex_;

@@ -190,7 +190,9 @@ TEST_F(Resume, ACheckpointOfAnotherRunIsRefusedNamingTheDifferences) {
   EXPECT_THAT(model.output, HasSubstr("model.name: mlp in the checkpoint, small_cnn now"));
   // What does not change the computation may differ.
   const ProgramResult free = dptrain("--config " + cfg + " --set run.max_steps=4 --set data.loader_threads=2 "
-                                     "--set run.log_every=7 --resume auto");
+                                     "--set run.log_every=7 --set run.target_accuracy=0.99 "
+                                     "--set run.cpu_memory_limit_gib=8 --set distributed.checkpoint_timeout_s=60 "
+                                     "--resume auto");
   EXPECT_EQ(free.exit_code, 0) << free.output;
   // A checkpoint past the run's end: nothing to train, and the run says so.
   const ProgramResult done = dptrain("--config " + cfg + " --set run.max_steps=2 --resume auto");

@@ -206,6 +206,11 @@ TEST_F(Evaluate, DamagedOrUnfittingWeightsAreClearErrors) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--weights: " + (out() / "model.safetensors").string() +
                                   " does not fit the recipe's model mlp with 10 classes"));
+  r = evaluate("--weights " + (out() / "model.safetensors").string() +
+               " --set model.name=small_cnn --set model.mlp_hidden=[1024,1024]");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--weights: " + (out() / "model.safetensors").string() + " holds the weights of "
+                                  "model mlp, not of the recipe's model small_cnn with 10 classes"));
   r = evaluate("--checkpoint auto --set model.name=small_cnn --set model.mlp_hidden=[1024,1024]");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("holds model mlp with 10 classes; the recipe builds model small_cnn"));

@@ -427,6 +427,22 @@ TEST_F(MpiProcessGroupTest, WatchdogIgnoresIdleTimeAndLateButTimelyRanks) {
   EXPECT_EQ(t.item<float>(), n * n * n);
 }
 
+// The barrier after a checkpoint write (kCheckpointWaitTag) is timed by checkpoint_wait_timeout:
+// rank 0 "writing" longer than the collectives' timeout does not set the watchdog off (its firing
+// path for this barrier: comm_fault.slow_save).
+TEST_F(MpiProcessGroupTest, WatchdogGivesTheCheckpointWaitItsOwnTimeout) {
+  using namespace std::chrono_literals;
+  group_.reset();  // one group at a time, should MPI lack MPI_THREAD_MULTIPLE
+  MpiProcessGroup watched(testing::test_mpi(), {.watchdog_timeout = 1000ms, .checkpoint_wait_timeout = 20000ms});
+  if (watched.rank() == 0) std::this_thread::sleep_for(2500ms);  // the others wait inside MPI
+  watched.barrier(kCheckpointWaitTag)->wait();
+  Tensor t = tensor(std::vector<float>{1.0f});
+  watched.all_reduce(t, CollectiveReduce::Sum)->wait();
+  EXPECT_EQ(t.item<float>(), static_cast<float>(watched.size()));
+  EXPECT_ERROR_CONTAINS(MpiProcessGroup(testing::test_mpi(), {.checkpoint_wait_timeout = -1ms}),
+                        "checkpoint_wait_timeout must be positive, or zero for no limit (got -1 ms)");
+}
+
 TEST_F(MpiProcessGroupTest, NegativeWatchdogTimeoutIsRefused) {
   const MpiProcessGroupOptions negative{.watchdog_timeout = std::chrono::milliseconds(-1)};
   EXPECT_ERROR_CONTAINS(MpiProcessGroup(testing::test_mpi(), negative),
