@@ -390,9 +390,17 @@ void check_skipped_run(const Config& config, const GradScaler& scaler, int64_t s
   if (step < next_skip_check) return;
   const int64_t in_a_row = scaler.skipped_in_a_row();
   if (in_a_row >= config.run.max_skipped_steps) {
-    const std::string why = scaler.enabled()
-                                ? "non-finite gradients at every loss scale down to " + scale_text(scaler.get_scale())
-                                : std::string("non-finite gradient norm");
+    // Each skip backs the scale off after it was tried: the last one tried is one backoff above.
+    const std::string last_tried = scale_text(scaler.get_scale() / config.loss_scale.backoff_factor);
+    if (scaler.enabled() && in_a_row >= step)  // not one step of the run applied: the scale, not the model
+      throw Error(detail::concat(
+          "step ", step, " (epoch ", epoch, "): every optimiser step so far was skipped (non-finite gradients at ",
+          "every loss scale from ", scale_text(config.loss_scale.init_scale), " down to ", last_tried, "), so no ",
+          "update was ever applied: the initial loss scale is too high for this model rather than the run ",
+          "diverged. Lower loss_scale.init_scale, or raise run.max_skipped_steps (", config.run.max_skipped_steps,
+          ") to let it back off further"));
+    const std::string why = scaler.enabled() ? "non-finite gradients at every loss scale down to " + last_tried
+                                             : std::string("non-finite gradient norm");
     throw Error("step " + std::to_string(step) + " (epoch " + std::to_string(epoch) +
                 "): the optimiser step was skipped " + std::to_string(in_a_row) + " times in a row (" + why +
                 "): the run has diverged (run.max_skipped_steps is " + std::to_string(config.run.max_skipped_steps) +
@@ -808,6 +816,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   bool block_open = false;  // MLLOG, by samples
   int64_t evaluated_at_step = -1;
   Evaluation last_eval;
+  bool quality_reached = false;  // by an evaluation, at the benchmark's quality target
   // Evaluates now (every rank), logs it to MLLOG, and stops the run when it reaches the target;
   // by samples, also reports it and sets the next one (by epochs, the epoch's report does).
   auto evaluate_now = [&](int64_t epoch) {
@@ -821,6 +830,9 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     block_open = false;
     mllog.log.start(mllog::kEvalStart, nullptr, {{"epoch_num", counter}});
     last_eval = evaluate(run);
+    // MLLOG's run_stop: success once any evaluation reached the quality target (a run without
+    // run.target_accuracy trains on past it, and may end below it).
+    quality_reached = quality_reached || last_eval.accuracy >= mllog_quality_target(config.logging.benchmark);
     mllog.log.event(mllog::kEvalAccuracy, last_eval.accuracy, {{"epoch_num", counter}});
     mllog.log.end(mllog::kEvalStop, nullptr, {{"epoch_num", counter}});
     evaluated_at_step = step;
@@ -994,9 +1006,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   if (run.reducer) comm.add_device(run.reducer->take_device_comm_time());  // the device has run every step
   report_end(config, run, console, metrics, profiler, comm, report);
   // MLPerf's success: the quality target reached (run.target_accuracy, else the benchmark's).
-  mllog.stop(report.reached_target ||
-             (target == 0 && !report.epochs.empty() &&
-              report.epochs.back().test_accuracy >= mllog_quality_target(config.logging.benchmark)));
+  mllog.stop(report.reached_target || (target == 0 && quality_reached));
   return report;
 }
 

@@ -397,7 +397,9 @@ SyntheticImages::SyntheticImages(int64_t size, int64_t num_classes, ImageTransfo
 }
 
 int64_t SyntheticImages::fill_sample(int64_t index, int64_t /*epoch*/, uint8_t* image) const {
-  SampleRng rng(transform_.seed, -1, index);  // the same image every epoch
+  // The same image every epoch. The evaluation split draws from a stream of its own: with the
+  // training split's it would be a copy of its first samples, and its accuracy training accuracy.
+  SampleRng rng(transform_.seed, transform_.train ? -1 : -2, index);
   const int64_t label = rng.integer(0, num_classes_);
   const int64_t s = transform_.output_size(), image_bytes = s * s * 3;
   for (int64_t p = 0; p < image_bytes; p += 8) {

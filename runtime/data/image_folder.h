@@ -140,8 +140,9 @@ class ImageFolder final : public RgbImageDataset {
   mutable std::string first_warning_;
 };
 
-// Random images made from (seed, index) alone; labels uniform over the classes. Costs no I/O or
-// decoding: what a loader costs beyond this is the real pipeline's.
+// Random images made from (seed, split, index) alone; labels uniform over the classes, unrelated
+// to the pixels (a held-out split scores chance; the training split can only be memorised). Costs
+// no I/O or decoding: what a loader costs beyond this is the real pipeline's.
 class SyntheticImages final : public RgbImageDataset {
  public:
   SyntheticImages(int64_t size, int64_t num_classes, ImageTransformOptions transform);

@@ -58,10 +58,12 @@ CropBox random_resized_crop_box(int height, int width, const RandomResizedCropOp
   // Fallback: the centre crop, clamped to the ratio range.
   const double in_ratio = static_cast<double>(width) / height;
   int w = width, h = height;
+  // (At least one pixel: a 1-pixel-wide image and a ratio above 2 round to 0, where torchvision
+  // crops nothing and PIL's resize invents the pixels.)
   if (in_ratio < o.ratio_min) {
-    h = py_round(w / o.ratio_min);
+    h = std::max(1, py_round(w / o.ratio_min));
   } else if (in_ratio > o.ratio_max) {
-    w = py_round(h * o.ratio_max);
+    w = std::max(1, py_round(h * o.ratio_max));
   }
   return {(height - h) / 2, (width - w) / 2, h, w};
 }

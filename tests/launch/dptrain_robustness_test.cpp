@@ -114,6 +114,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"LossScaleOverflowsAtEveryScale", "optimizer: {lr: 1e30}\nloss_scale: {enabled: true}\n",
                 "--set run.max_steps=200 --set run.max_skipped_steps=3 --set run.log_every=1000",
                 "the optimiser step was skipped 3 times in a row (non-finite gradients at every loss scale down to"},
+        BadCase{"LossScaleTooHighFromTheStart", "loss_scale: {init_scale: 3.0e38}\n",
+                "--set run.precision=fp16 --set run.max_steps=200 --set run.max_skipped_steps=3 --set run.log_every=1000",
+                "every optimiser step so far was skipped (non-finite gradients at every loss scale from 3e+38 down to "
+                "7.5e+37), so no update was ever applied: the initial loss scale is too high"},
         // Class 6: config shapes.
         BadCase{"DuplicatedKey", "optimizer: {lr: 0.1, lr: 0.2}\n", "", "optimizer.lr: given twice (first at line 3)"},
         BadCase{"ScalarSectionWithSet", "data: 5\n", "--set data.batch_size=8", "data: expected a mapping of keys"},

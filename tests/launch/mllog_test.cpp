@@ -254,5 +254,30 @@ TEST(MllogHyperparameters, SubmissionRecords) {
   EXPECT_ERROR_CONTAINS(parse_mllog_benchmark("gpt3"), "expected one of: resnet, bert");
 }
 
+// run_stop says success once any evaluation reached the benchmark's quality target (75.9 % for
+// resnet), though the run, without run.target_accuracy, trains on and ends below it: here an MLP
+// whose warm-up climbs to a learning rate it cannot take (78.6 % after epoch 1, 33.9 % at the end).
+TEST(MllogRun, SuccessWhenAnEarlierEvaluationReachedTheTarget) {
+  const fs::path dir = testing::make_test_dir("mllog_run");
+  std::ofstream(dir / "c.yaml") << "run: {output_dir: " << (dir / "out").string() << ", threads: 1, epochs: 3}\n"
+                                << "data: {batch_size: 1000, eval_batch_size: 5000}\n"
+                                << "model: {name: mlp, mlp_hidden: [32]}\n"
+                                << "optimizer: {name: sgd, lr: 1.2, momentum: 0.9}\n"
+                                << "schedule: {name: poly, power: 1, warmup_epochs: 2.9, min_lr: 0}\n"
+                                << "logging: {mllog: mllog.log}\n";
+  const testing::ProgramResult r =
+      testing::run_program(testing::dptrain_binary() + " --config " + (dir / "c.yaml").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double first = testing::test_accuracy(r.output);
+  const size_t last_epoch = r.output.find("epoch 3/3: ");
+  ASSERT_NE(last_epoch, std::string::npos) << r.output;
+  const double last = testing::test_accuracy(r.output.substr(last_epoch));
+  ASSERT_GE(first, 75.9) << r.output;  // the premise: reached after epoch 1 ...
+  ASSERT_LT(last, 75.9) << r.output;   // ... and lost by the end
+  EXPECT_THAT(read_file(dir / "out" / "mllog.log"), HasSubstr("\"key\": \"run_stop\", \"value\": null, "));
+  EXPECT_THAT(read_file(dir / "out" / "mllog.log"), HasSubstr("\"status\": \"success\"}}"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dp

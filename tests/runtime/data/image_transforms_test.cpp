@@ -254,6 +254,9 @@ TEST(ImageGeometry, RandomResizedCropFallsBackToTheClampedCentre) {
   // draw fits only when its ratio rounds to the image's (rare at 1000x1000; not for this seed).
   const RandomResizedCropOptions whole_area{.scale_min = 1, .scale_max = 1, .ratio_min = 0.5, .ratio_max = 2};
   EXPECT_EQ(random_resized_crop_box(1000, 1000, whole_area, rng), (CropBox{0, 0, 1000, 1000}));
+  // A 1-pixel-wide image with every ratio above 2: 1 / 3 rounds to no row at all; one is kept.
+  const RandomResizedCropOptions wide{.scale_min = 1, .scale_max = 1, .ratio_min = 3, .ratio_max = 3};
+  EXPECT_EQ(random_resized_crop_box(1, 1, wide, rng), (CropBox{0, 0, 1, 1}));
 }
 
 TEST(SampleRngTest, DependsOnSeedEpochAndIndexOnly) {
