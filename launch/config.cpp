@@ -805,7 +805,13 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
       root[section] = YAML::Node(YAML::NodeType::Map);
       section_node = root[section];
     }
-    section_node[key] = parsed;
+    // `--set key=~` takes the key out of the recipe, as if it had never been written: its default
+    // applies (also where ~ itself is no value the key takes, e.g. a momentum the next optimiser
+    // does not read).
+    if (parsed.IsNull())
+      section_node.remove(key);
+    else
+      section_node[key] = parsed;
     origins[path] = origin;
   }
 }

@@ -246,6 +246,9 @@ void announce(const Config& config, const TrainingRun& run, Console& console, Me
        << (config.distributed.sync_batchnorm ? "; BatchNorm statistics over the global batch (" +
                                                    std::to_string(run.synchronised_batchnorms) + " layers)"
                                              : std::string());
+  if (run.world_size == 1 && config.distributed.grad_dtype == "bf16")
+    os << "\nnote: distributed.grad_dtype bf16 compresses the gradients' all-reduce, and one process has none: "
+          "they stay float32";
   if (run.fixed_shards)  // NOTE [ Fixed shards ]
     os << "\nfixed shards: the global batch as " << run.plan.shards << " shards of " << run.plan.per_shard_batch
        << ", " << run.plan.local_shards << " per rank trained one after another"

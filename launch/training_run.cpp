@@ -71,6 +71,13 @@ DataPlan plan_data(const Config& config, const ClassificationDataset& train_set,
            "distributed.sync_batchnorm normalises over the global batch, which a rank training ",
            plan.shards / world_size, " shards one after another never holds at once: set distributed.shards to the ",
            "world size (", world_size, ") or turn sync_batchnorm off (BatchNorm then normalises over each shard)");
+  // bf16 compression rounds each rank's gradient before the all-reduce; shards on one rank add
+  // up in float32 first, so S shards on fewer ranks would not compute what S ranks compute.
+  DP_CHECK(!(fixed && config.distributed.grad_dtype == "bf16" && plan.shards > world_size),
+           "distributed.grad_dtype bf16 rounds each rank's gradient to bf16 before the all-reduce, but a rank ",
+           "training ", plan.shards / world_size, " shards adds theirs up in float32 first, so ", world_size,
+           world_size == 1 ? " rank" : " ranks", " would not compute what ", plan.shards, " ranks compute: set ",
+           "distributed.shards to the world size (", world_size, ") or grad_dtype to fp32");
   plan.local_shards = plan.shards / world_size;
   plan.per_rank_batch = d.batch_size / world_size;
   plan.per_shard_batch = d.batch_size / plan.shards;
@@ -372,16 +379,6 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
              " (each rank takes batch_size / world_size); choose a multiple of ", r.world_size);
     r.plan = plan_data(config, *r.data.train_images, r.eval_set(), r.world_size);  // NOTE [ Preflight ]
     r.fixed_shards = config.distributed.shards > 0;
-    // buffer_sync average averages each rank's own running statistics; the shards one rank trains
-    // share one set (only a step's first shard updates it), so S shards on fewer than S ranks would
-    // not compute what S ranks compute.
-    DP_CHECK(!r.fixed_shards || config.distributed.buffer_sync != "average" ||
-                 config.distributed.shards == r.world_size,
-             "distributed.shards ", config.distributed.shards, " on ", r.world_size, " rank",
-             r.world_size == 1 ? "" : "s", " with distributed.buffer_sync average: shards on one rank share one ",
-             "set of BatchNorm running statistics, so the average over the ranks would not be the one ",
-             config.distributed.shards, " ranks take. Use buffer_sync broadcast (rank 0's statistics, which the ",
-             "shards reproduce exactly), or as many ranks as shards");
     r.train_loader = make_loader(r.train_set(), config.data, r.cpu, /*train=*/true, config.run.seed,
                                  r.train_uploader->host_allocator(), r.rank, r.world_size, r.plan, r.fixed_shards);
     r.eval_loader = make_loader(r.eval_set(), config.data, r.cpu, /*train=*/false, config.run.seed,
@@ -427,6 +424,18 @@ std::unique_ptr<TrainingRun> build_run(const Config& config, Runtime& runtime, c
   spec.dropout = config.model.dropout;
   spec.zero_init_residual = config.model.zero_init_residual;
   r.model = build_model(spec, r.device, r.generator);
+  // buffer_sync average averages each rank's own running statistics; the shards one rank trains
+  // share one set (only a step's first shard updates it), so S shards on fewer than S ranks would
+  // not compute what S ranks compute (a model without such buffers has nothing to average).
+  bool floating_buffers = false;
+  for (const auto& [name, t] : r.model->named_buffers()) floating_buffers = floating_buffers || is_floating(t.dtype());
+  DP_CHECK(!r.fixed_shards || !floating_buffers || config.distributed.buffer_sync != "average" ||
+               config.distributed.shards == r.world_size,
+           "distributed.shards ", config.distributed.shards, " on ", r.world_size, " rank",
+           r.world_size == 1 ? "" : "s", " with distributed.buffer_sync average: shards on one rank share one ",
+           "set of BatchNorm running statistics, so the average over the ranks would not be the one ",
+           config.distributed.shards, " ranks take. Use buffer_sync broadcast (rank 0's statistics, which the ",
+           "shards reproduce exactly), or as many ranks as shards");
   if (!config.model.init_from.empty())
     load_model_weights(*r.model, config.model.init_from, r.cpu, "model.init_from", spec.name,
                        detail::concat("model ", spec.name, " with ", spec.num_classes, " classes"));

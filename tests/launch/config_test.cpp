@@ -246,6 +246,14 @@ TEST(Config, Overrides) {
   EXPECT_EQ(load_error("", {"optimizer.lr=-1"}), "--set optimizer.lr=-1: optimizer.lr: expected a positive number, got -1");
   EXPECT_THAT(load_error("", {"optimizer"}), HasSubstr("--set optimizer: expected section.key=value"));
   EXPECT_THAT(load_error("", {"foo.bar=1"}), HasSubstr("unknown section 'foo'"));
+  // `~` takes a key out of the recipe: an SGD recipe's momentum does not stop a switch to AdamW.
+  const std::string sgd = "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}";
+  EXPECT_THAT(load_error(sgd, {"optimizer.name=adamw"}), HasSubstr("optimizer.momentum: adamw does not use this key"));
+  const Config adamw = config_from_yaml_string(sgd, "t.yaml", {"optimizer.name=adamw", "optimizer.momentum=~"});
+  EXPECT_EQ(adamw.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(adamw.optimizer.momentum, Config{}.optimizer.momentum);
+  EXPECT_DOUBLE_EQ(config_from_yaml_string("optimizer: {lr: 0.3}", "t.yaml", {"optimizer.lr=~"}).optimizer.lr,
+                   Config{}.optimizer.lr);
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {

@@ -118,6 +118,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "--set run.precision=fp16 --set run.max_steps=200 --set run.max_skipped_steps=3 --set run.log_every=1000",
                 "every optimiser step so far was skipped (non-finite gradients at every loss scale from 3e+38 down to "
                 "7.5e+37), so no update was ever applied: the initial loss scale is too high"},
+        BadCase{"CompressedGradientsWithShardsOnFewerRanks", "distributed: {grad_dtype: bf16, shards: 2}\n", "",
+                "distributed.grad_dtype bf16 rounds each rank's gradient to bf16 before the all-reduce, but a rank "
+                "training 2 shards adds theirs up in float32 first"},
         // Class 6: config shapes.
         BadCase{"DuplicatedKey", "optimizer: {lr: 0.1, lr: 0.2}\n", "", "optimizer.lr: given twice (first at line 3)"},
         BadCase{"ScalarSectionWithSet", "data: 5\n", "--set data.batch_size=8", "data: expected a mapping of keys"},
