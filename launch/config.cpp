@@ -899,6 +899,25 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return load_from_text(text, path, overrides);
 }
 
+std::map<std::string, std::string> config_key_values(const std::string& yaml) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(yaml);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    if (line[0] != ' ') {
+      section = line.substr(0, colon);
+      continue;
+    }
+    const size_t begin = line.find_first_not_of(' ');
+    const std::string value = colon + 1 < line.size() ? line.substr(colon + 2) : "";
+    out[section + "." + line.substr(begin, colon - begin)] = value;
+  }
+  return out;
+}
+
 std::string to_yaml(const Config& config) {
   YAML::Emitter out;
   out << YAML::BeginMap;

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -269,6 +270,10 @@ Config config_from_yaml_string(const std::string& yaml, const std::string& sourc
                                const std::vector<std::string>& overrides = {});
 // The fully resolved config, every key in section order; loading it gives back the same Config.
 std::string to_yaml(const Config& config);
+
+// Every key of to_yaml's output as "section.key" -> its value's text (to_yaml writes one key a
+// line, lists in flow style): what two configurations' differences are listed by.
+std::map<std::string, std::string> config_key_values(const std::string& yaml);
 
 bool operator==(const Config& a, const Config& b);
 

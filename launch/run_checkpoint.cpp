@@ -31,26 +31,6 @@ const Tensor& entry(const NamedTensorList& state, const std::string& name, const
   throw Error(detail::concat(where, ": the state has no '", name, "'"));
 }
 
-// "section.key: value" for every line of to_yaml's output (one key a line, flow-style lists).
-std::map<std::string, std::string> config_lines(const std::string& yaml) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(yaml);
-  std::string line, section;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    if (line[0] != ' ') {
-      section = line.substr(0, colon);
-      continue;
-    }
-    const size_t begin = line.find_first_not_of(' ');
-    const std::string value = colon + 1 < line.size() ? line.substr(colon + 2) : "";
-    out[section + "." + line.substr(begin, colon - begin)] = value;
-  }
-  return out;
-}
-
 uint64_t as_u64(const Tensor& t) { return static_cast<uint64_t>(t.item<int64_t>()); }
 
 }  // namespace
@@ -157,11 +137,11 @@ CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, co
   // The configuration: every key that changes what is computed must agree.
   const auto saved_config = checkpoint.facts.find(kConfigFact);
   DP_CHECK(saved_config != checkpoint.facts.end(), where, ": the checkpoint records no configuration");
-  const std::map<std::string, std::string> then = config_lines(saved_config->second),
-                                           now = config_lines(resume_relevant_config(config));
+  const std::map<std::string, std::string> then = config_key_values(saved_config->second),
+                                           now = config_key_values(resume_relevant_config(config));
   // A key the checkpoint does not name came into dptrain after it was written: the run then
   // computed what the key's default computes.
-  const std::map<std::string, std::string> defaults = config_lines(resume_relevant_config(Config{}));
+  const std::map<std::string, std::string> defaults = config_key_values(resume_relevant_config(Config{}));
   std::string differences;
   int count = 0;
   for (const auto& [key, value] : now) {

@@ -169,8 +169,29 @@ void check_same_config_on_every_rank(const Config& config, ProcessGroup& group, 
   std::string differ;
   for (int r = 1; r < group.size(); ++r)
     if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-  DP_CHECK(differ.empty(), "rank(s) ", differ, " resolved a different configuration from rank 0 (config file or --set "
-           "overrides differ between ranks); every rank must run the same recipe");
+  if (differ.empty()) return;
+  // Rank 0's configuration to every rank (every one takes this branch): a rank that differs names
+  // its keys.
+  Tensor length = from_vector<int64_t>({static_cast<int64_t>(text.size())}, {1}, cpu);
+  group.broadcast(length, 0)->wait();
+  const int64_t n = length.to_vector<int64_t>()[0];
+  Tensor bytes = group.rank() == 0 ? from_vector<uint8_t>(std::vector<uint8_t>(text.begin(), text.end()), {n}, cpu)
+                                   : empty({n}, kUInt8, cpu);
+  group.broadcast(bytes, 0)->wait();
+  const std::vector<uint8_t> rank0_bytes = bytes.to_vector<uint8_t>();
+  const std::map<std::string, std::string> theirs = config_key_values(std::string(rank0_bytes.begin(), rank0_bytes.end())),
+                                           ours = config_key_values(text);
+  std::string keys;
+  int count = 0;
+  for (const auto& [key, value] : ours) {
+    const auto it = theirs.find(key);
+    if (it != theirs.end() && it->second == value) continue;
+    if (++count <= 8)
+      keys += detail::concat("\n  ", key, ": ", it == theirs.end() ? "(absent)" : it->second, " on rank 0, ", value,
+                             " on rank ", group.rank());
+  }
+  DP_CHECK(false, "rank(s) ", differ, " resolved a different configuration from rank 0 (config file or --set "
+           "overrides differ between ranks); every rank must run the same recipe", keys, count > 8 ? "\n  ..." : "");
 }
 
 // NOTE [ Distributed runs ]

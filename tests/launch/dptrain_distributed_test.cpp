@@ -145,9 +145,11 @@ TEST_F(Distributed, GlobalBatchTheWorldSizeDoesNotDivide) {
 
 TEST_F(Distributed, ConfigsThatDifferAcrossRanks) {
   const std::string a = config("a.yaml"), b = config("b.yaml", "optimizer: {lr: 0.01}\n");
-  expect_error_on_every_rank(run_program(kMpirun + " -np 1 " + dptrain_binary() + " --config " + a + " : -np 1 " +
-                                         dptrain_binary() + " --config " + b),
-                             "rank(s) 1 resolved a different configuration from rank 0");
+  const ProgramResult r = run_program(kMpirun + " -np 1 " + dptrain_binary() + " --config " + a + " : -np 1 " +
+                                      dptrain_binary() + " --config " + b);
+  expect_error_on_every_rank(r, "rank(s) 1 resolved a different configuration from rank 0");
+  // The rank that differs names the keys.
+  EXPECT_THAT(r.output, ::testing::MatchesRegex("(.|\n)*\n  optimizer\.lr: [0-9.e-]+ on rank 0, 0\.01 on rank 1(.|\n)*"));
 }
 
 // The same recipe, a relative data.root read from each rank's own working directory: rank 1's copy
