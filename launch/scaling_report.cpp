@@ -87,6 +87,7 @@ RunSummary summarize_run(const std::string& run, int skip_records) {
   double tokens = 0;
   bool text = false;
   std::optional<json> last_step_comm;
+  std::map<std::string, std::vector<double>> window_phases;
   std::string line;
   int64_t line_number = 0;
   while (std::getline(in, line)) {
@@ -125,7 +126,12 @@ RunSummary summarize_run(const std::string& run, int skip_records) {
       DP_CHECK(rate.has_value(), "scaling-report: ", s.path, " line ", line_number,
                ": a step record without samples_per_second");
       all_rates.push_back(*rate);
-      if (segment_records++ >= skip_records) rates.push_back(*rate);
+      const bool used = segment_records++ >= skip_records;
+      if (used) rates.push_back(*rate);
+      // Each window's phases, past the warm-up as the rates are (records since dptrain wrote them).
+      if (const auto it = record.find("window_ms_per_step"); used && it != record.end() && it->is_object())
+        for (const auto& [phase, ms] : it->items())
+          if (ms.is_number()) window_phases[phase].push_back(ms.get<double>());
       if (const auto it = record.find("ms_per_step"); it != record.end() && it->is_object()) {
         s.phases_ms.clear();
         for (const auto& [phase, ms] : it->items())
@@ -157,6 +163,12 @@ RunSummary summarize_run(const std::string& run, int skip_records) {
   DP_CHECK(s.records_total > 0, "scaling-report: ", s.path, " has no step records (the run stopped before its first "
            "report: run it longer, or lower run.log_every)");
   if (last_step_comm) take_comm(*last_step_comm, s);  // no end record: the last report's
+  // The step time by phase: the median window past the warm-up, like the throughput; files from
+  // before the window figures keep the last record's epoch averages.
+  if (!window_phases.empty()) {
+    s.phases_ms.clear();
+    for (const auto& [phase, values] : window_phases) s.phases_ms[phase] = median(values);
+  }
   s.records_used = static_cast<int64_t>(rates.size());
   if (rates.empty()) rates = all_rates;  // every record a warm-up window: all there is (records_used 0 says so)
   s.throughput = median(rates);

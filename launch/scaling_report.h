@@ -18,7 +18,9 @@
 // - Kind: strong scaling when every run has the same global batch (the work per step is split
 //   finer), weak when every run has the same batch per rank (the global batch grows); otherwise the
 //   figures are still throughput ratios and the report says the batches differ.
-// - Step time: the last step record's phases (averages over its epoch so far), and "step ms" =
+// - Step time: each phase's median over the step records' windows past the warm-up records (as
+//   the throughput; a file from before dptrain wrote window figures: the last record's epoch
+//   averages), and "step ms" =
 //   the global batch / throughput, the wall time a step takes, which also holds what no phase
 //   covers (logging, the host's own work between phases).
 // - Runs that differ in model, precision, device kind or dtype of gradient communication are
@@ -55,7 +57,7 @@ struct RunSummary {
   double throughput = 0;                 // median of the step records' samples (sequences) per second
   double throughput_min = 0, throughput_max = 0;
   int64_t records_used = 0, records_total = 0;
-  std::map<std::string, double> phases_ms;  // the last step record's ms_per_step
+  std::map<std::string, double> phases_ms;  // per phase, the median window past the warm-up (older files: the last record's epoch averages)
   std::optional<double> comm_ms, exposed_ms, hidden_pct;  // the end record's (or last step record's)
   std::optional<double> accuracy;        // the last evaluation's test accuracy, in [0, 1]
   std::optional<double> tokens_per_second;  // text runs: tokens over the epochs' training seconds

@@ -113,6 +113,13 @@ double StepProfiler::ms_per_step(Phase p) const {
   return n > 0 ? 1e3 * totals_[static_cast<size_t>(p)] / static_cast<double>(n) : 0.0;
 }
 
+double StepProfiler::ms_per_step_since(Phase p, const Mark& since) const {
+  const bool on_device = use_markers_ && !host_timed(p);
+  const int64_t n = on_device ? device_steps_ - since.device_steps : steps_ - since.steps;
+  const auto i = static_cast<size_t>(p);
+  return n > 0 ? 1e3 * (totals_[i] - since.seconds[i]) / static_cast<double>(n) : 0.0;
+}
+
 double StepProfiler::host_data_ms_per_step() const {
   return steps_ > 0 ? 1e3 * host_data_seconds_ / static_cast<double>(steps_) : 0.0;
 }

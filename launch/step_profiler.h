@@ -72,6 +72,15 @@ class StepProfiler {
   // Average milliseconds per step the host spent in the data phase (on the CPU: ms_per_step(Data)).
   double host_data_ms_per_step() const;
   int64_t steps() const { return steps_; }
+  // What has been timed since reset(): a mark to measure a window of steps from (the metrics'
+  // step records give each reporting window's phases beside the epoch's).
+  struct Mark {
+    std::array<double, static_cast<size_t>(Phase::kCount)> seconds{};
+    int64_t steps = 0, device_steps = 0;
+  };
+  Mark mark_now() const { return {totals_, steps_, device_steps_}; }
+  // Average milliseconds per step of phase p over the steps timed since `since` (0 when none).
+  double ms_per_step_since(Phase p, const Mark& since) const;
   void reset();
   // "data 0.12 ms | forward 3.10 ms | ... per step" (checkpoint only when some were written; on a
   // GPU the data phase shows the host's time beside it: "data 0.00 ms (host 0.03)").

@@ -351,11 +351,13 @@ struct ProgressWindow {
   Tensor loss;
   int64_t steps = 0, samples = 0;  // samples over all ranks
   Clock::time_point start;
+  StepProfiler::Mark profiled;  // the profiler's totals when the window began
 
-  void reset(Device device) {
+  void reset(Device device, const StepProfiler& profiler) {
     loss = zeros({}, kFloat32, device);
     steps = samples = 0;
     start = Clock::now();
+    profiled = profiler.mark_now();
   }
 };
 
@@ -384,11 +386,18 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
                  ": the gradient norm was not finite");
   console.step(s);
   if (metrics && (step_in_epoch % config.run.log_every == 0 || last)) {
-    nlohmann::json phases;
-    for (int p = 0; p < static_cast<int>(Phase::kCount); ++p)
+    // The epoch's phases so far, and this window's (the steps since the last report: what the
+    // window's samples_per_second was measured over, so a warm-up window can be left out).
+    nlohmann::json phases, window_phases;
+    for (int p = 0; p < static_cast<int>(Phase::kCount); ++p) {
       phases[phase_name(static_cast<Phase>(p))] = profiler.ms_per_step(static_cast<Phase>(p));
-    nlohmann::json rec = {{"event", "step"}, {"epoch", epoch}, {"step", step}, {"loss", s.loss}, {"lr", s.lr},
-                          {"samples_per_second", s.samples_per_second}, {"ms_per_step", phases}};  // global
+      window_phases[phase_name(static_cast<Phase>(p))] =
+          profiler.ms_per_step_since(static_cast<Phase>(p), window.profiled);
+    }
+    nlohmann::json rec = {{"event", "step"},          {"epoch", epoch},
+                          {"step", step},             {"loss", s.loss},
+                          {"lr", s.lr},               {"samples_per_second", s.samples_per_second},
+                          {"ms_per_step", phases},    {"window_ms_per_step", window_phases}};  // global
     // On a GPU "data" is the device's wait for the batch; the host's time is this (NOTE [ Step timing on a GPU ]).
     if (profiler.device_timed()) rec["data_host_ms"] = profiler.host_data_ms_per_step();
     if (scaler.enabled()) rec["loss_scale"] = {{"scale", scaler.get_scale()}, {"skipped_steps", window_skipped}};
@@ -404,7 +413,7 @@ void report_progress(const Config& config, TrainingRun& run, Console& console, M
     metrics->write(rec);
   }
   comm.new_window();
-  window.reset(run.device);
+  window.reset(run.device, profiler);
   skipped_at_last_report = skipped_now;
 }
 
@@ -892,7 +901,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
     comm.new_epoch();
     const Clock::time_point epoch_start = Clock::now();
     ProgressWindow window;
-    window.reset(run.device);
+    window.reset(run.device, profiler);
     // Summed on the device (no per-step sync); a resumed epoch starts from its checkpoint's sum,
     // the ranks' mean (NOTE [ Resuming a run ]), so its report covers the whole epoch.
     const bool loss_before_known = first_step == 0 || std::isfinite(start.epoch_loss_sum);

@@ -196,6 +196,29 @@ TEST_F(ScalingReportTest, InputsThatAreNotARunsMetricsAreClearErrors) {
   EXPECT_ERROR_CONTAINS(summarize_run(half), half + " line 1: global_batch 2.5 is not a count");
 }
 
+// The phases come from the windows past the warm-up, as the throughput does: the epoch averages
+// of the last record still hold the slow first window (and then added up to more than a step).
+TEST_F(ScalingReportTest, PhasesLeaveOutTheWarmUpWindowsAsTheThroughputDoes) {
+  auto step = [](int n, double rate, double window_forward, double epoch_forward) {
+    return nlohmann::json{{"event", "step"}, {"epoch", 1}, {"step", n}, {"samples_per_second", rate},
+                          {"ms_per_step", {{"forward", epoch_forward}, {"backward", 20.0}}},
+                          {"window_ms_per_step", {{"forward", window_forward}, {"backward", 20.0}}}}
+               .dump() + "\n";
+  };
+  const std::string text =
+      R"({"event":"start","model":"mlp","device":"cpu","world_size":1,"global_batch":64,"per_rank_batch":64})" "\n" +
+      step(10, 100, 100.0, 100.0) + step(20, 2000, 10.0, 55.0) + step(30, 2000, 12.0, 40.7);
+  const RunSummary s = summarize_run(file("windows.jsonl", text));
+  EXPECT_DOUBLE_EQ(s.throughput, 2000);
+  EXPECT_DOUBLE_EQ(s.phases_ms.at("forward"), 11.0);  // the median of 10 and 12, not 40.7
+  EXPECT_DOUBLE_EQ(s.phases_ms.at("backward"), 20.0);
+  // A file from before the windows were written: the last record's epoch averages.
+  std::string old_text = text;
+  for (size_t at; (at = old_text.find("window_ms_per_step")) != std::string::npos;)
+    old_text.replace(at, 18, "old_ms_per_step_xx");
+  EXPECT_DOUBLE_EQ(summarize_run(file("old.jsonl", old_text)).phases_ms.at("forward"), 40.7);
+}
+
 // Runs whose batches are not recorded (token batching): the headline says that, not that the
 // batches differ.
 TEST_F(ScalingReportTest, UnknownBatchesAreSaidSoInTheHeadline) {

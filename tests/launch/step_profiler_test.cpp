@@ -104,6 +104,27 @@ TEST(StepProfiler, HostPhasesAverageOverSteps) {
 }
 
 // A checkpoint written after one step of four: its time amortised over the four, and shown.
+// A window's average (the metrics' window_ms_per_step) counts only the steps since its mark: a
+// slow first step weighs on the epoch's average, not on a later window's.
+TEST(StepProfiler, AWindowAveragesOnlyItsOwnSteps) {
+  Runtime runtime;
+  StepProfiler profiler(&runtime.cpu().backend());
+  profiler.begin(Phase::Forward);
+  std::this_thread::sleep_for(60ms);  // the slow first step
+  profiler.end();
+  profiler.step_done();
+  const StepProfiler::Mark mark = profiler.mark_now();
+  EXPECT_EQ(profiler.ms_per_step_since(Phase::Forward, mark), 0.0);  // no step since
+  for (int step = 0; step < 3; ++step) {
+    profiler.begin(Phase::Forward);
+    profiler.end();
+    profiler.step_done();
+  }
+  EXPECT_GE(profiler.ms_per_step(Phase::Forward), 15.0);  // 60 ms over 4 steps
+  // Upper bound only where nothing sleeps: three empty phases take far less than 60 ms / 4.
+  EXPECT_LT(profiler.ms_per_step_since(Phase::Forward, mark), 15.0);
+}
+
 TEST(StepProfiler, CheckpointTimeIsAmortisedOverTheSteps) {
   Runtime runtime;
   StepProfiler profiler(&runtime.cpu().backend());
