@@ -805,10 +805,10 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
       root[section] = YAML::Node(YAML::NodeType::Map);
       section_node = root[section];
     }
-    // `--set key=~` takes the key out of the recipe, as if it had never been written: its default
-    // applies (also where ~ itself is no value the key takes, e.g. a momentum the next optimiser
-    // does not read).
-    if (parsed.IsNull())
+    // `--set key=~` (or null) takes the key out of the recipe, as if it had never been written: its
+    // default applies (also where ~ itself is no value the key takes, e.g. a momentum the next
+    // optimiser does not read). An empty value stays one: `--set run.weights_file=` turns it off.
+    if (parsed.IsNull() && value.find_first_not_of(" \t") != std::string::npos)
       section_node.remove(key);
     else
       section_node[key] = parsed;

@@ -254,6 +254,10 @@ TEST(Config, Overrides) {
   EXPECT_DOUBLE_EQ(adamw.optimizer.momentum, Config{}.optimizer.momentum);
   EXPECT_DOUBLE_EQ(config_from_yaml_string("optimizer: {lr: 0.3}", "t.yaml", {"optimizer.lr=~"}).optimizer.lr,
                    Config{}.optimizer.lr);
+  // An empty value is a value: an empty file name turns the weights file off.
+  EXPECT_EQ(config_from_yaml_string("", "t.yaml", {"run.weights_file="}).run.weights_file, "");
+  EXPECT_EQ(config_from_yaml_string("run: {weights_file: w.st}", "t.yaml", {"run.weights_file=null"}).run.weights_file,
+            Config{}.run.weights_file);
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {
