@@ -40,8 +40,8 @@ void remove_abandoned_staging(const fs::path& target, std::FILE* out) {
     if (name.rfind(prefix, 0) != 0) continue;
     // "<out>.prepare.<pid>" (or its own "<...>.tmp.<pid>" while the shards were being written)
     const std::string rest = name.substr(prefix.size());
-    const size_t digits = rest.find_first_not_of("0123456789");
-    if (digits == 0 || rest.empty()) continue;
+    const size_t digits = std::min(rest.find_first_not_of("0123456789"), rest.size());
+    if (digits == 0 || digits > 9) continue;  // not a pid (Linux's stay below 2^22)
     const long pid = std::stol(rest.substr(0, digits));
     if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;  // still running
     abandoned.push_back(e.path());
