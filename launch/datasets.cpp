@@ -46,12 +46,13 @@ TrainAndEvalData make_datasets(const Config& config, DataUse use) {
     const std::string train_root = root + "/train";
     if (use == DataUse::EvaluationOnly && !std::filesystem::exists(train_root)) {
       // A validation set alone (DataUse): its class folders, in the same sorted order, are the
-      // classes; a weights file that records its training classes is checked against them.
+      // classes; a weights file that records its training classes is checked against them. The
+      // training set is a stand-in of the training images' shape and the class count, never read
+      // (no second scan of the folder).
       auto eval = std::make_unique<ImageFolder>(eval_root, image_transform(config, false), d.skip_bad_files);
       data.classes_from_eval_set = detail::concat("classes: the ", eval->classes().size(), " class folders of ",
                                                   eval_root, " (", train_root, " does not exist)");
-      data.train = std::make_unique<ImageFolder>(eval_root, image_transform(config, true), d.skip_bad_files,
-                                                 eval->classes());
+      data.train = std::make_unique<SyntheticImages>(eval->size(), eval->num_classes(), image_transform(config, true));
       data.eval = std::move(eval);
     } else {
       auto train = std::make_unique<ImageFolder>(train_root, image_transform(config, true), d.skip_bad_files);

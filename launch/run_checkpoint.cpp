@@ -4,7 +4,6 @@
 #include <sstream>
 #include <tuple>
 
-#include "runtime/autograd/grad_mode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/ops/creation.h"
@@ -182,12 +181,7 @@ CheckpointPosition restore_checkpoint(TrainingRun& run, const Config& config, co
     run.model->load_state_dict(checkpoint.model);
     // buffer_sync average: this rank's own running statistics (gather_rank_buffers).
     const NamedTensorList own = under(checkpoint.state, detail::concat(kRankBuffersPrefix, run.rank, "."));
-    if (!own.empty()) {
-      NoGradGuard no_grad;
-      for (const auto& [name, buffer] : run.model->named_buffers())
-        for (const auto& [saved_name, saved] : own)
-          if (saved_name == name) Tensor(buffer).copy_(saved);  // (a handle: the module's storage)
-    }
+    if (!own.empty()) run.model->load_state_dict(own, /*strict=*/false);  // a subset: the buffers
     run.optimizer->load_state_dict(under(checkpoint.state, "optimizer."));
     run.scaler->load_state_dict(under(checkpoint.state, "scaler."));
     run.clock->set_steps(entry(checkpoint.state, "clock.steps", where).item<int64_t>());

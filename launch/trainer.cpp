@@ -893,8 +893,7 @@ TrainReport run_training(const Config& config, Runtime& runtime, Console& consol
   }
   for (int64_t epoch = start.epoch + 1; epoch <= config.run.epochs && !stop; ++epoch) {
     if (!by_samples) mllog.log.start(mllog::kEpochStart, nullptr, {{"epoch_num", epoch}});
-    const bool resumed_epoch = epoch == start.epoch + 1;
-    const int64_t first_step = resumed_epoch ? start.step_in_epoch : 0;  // resumed mid-epoch
+    const int64_t first_step = epoch == start.epoch + 1 ? start.step_in_epoch : 0;  // resumed mid-epoch
     run.train_loader->begin_epoch(epoch - 1, first_step);
     profiler.reset();
     if (run.reducer) run.reducer->take_device_comm_time();  // the last epoch's stragglers: not this epoch's
